@@ -1,0 +1,34 @@
+"""CreatePartitions (key 37): grow a topic's partition count."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kafka.protocol.admin import CreatePartitionsResponse
+
+from protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from broker.network.request_channel import Request
+    from broker.server import Broker
+
+Result = CreatePartitionsResponse.CreatePartitionsTopicResult
+
+
+def handle(broker: Broker, request: Request) -> CreatePartitionsResponse:
+    req = request.body
+    results = []
+    for t in req.topics:
+        try:
+            info = broker.metadata.topics.get(t.name)
+            if info is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {t.name}")
+            if t.count <= info.partitions:
+                raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                                 f"topic has {info.partitions} partitions; asked for {t.count}")
+            if not req.validate_only:
+                broker.add_partitions(t.name, t.count)
+            results.append(Result(name=t.name, error_code=0, error_message=None))
+        except KafkaError as exc:
+            results.append(Result(name=t.name, error_code=exc.error_code, error_message=str(exc)))
+    return CreatePartitionsResponse(throttle_time_ms=0, results=results)

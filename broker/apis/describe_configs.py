@@ -1,0 +1,61 @@
+"""DescribeConfigs (key 32): topic configs (overrides over broker defaults) and broker configs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kafka.protocol.admin import DescribeConfigsResponse
+
+from broker.config import KEYS
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.network.request_channel import Request
+    from broker.server import Broker
+
+Result = DescribeConfigsResponse.DescribeConfigsResult
+Entry = Result.DescribeConfigsResourceResult
+
+TOPIC, BROKER = 2, 4
+# ConfigSource values of Kafka's DescribeConfigs.
+DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+
+
+def handle(broker: Broker, request: Request) -> DescribeConfigsResponse:
+    results = [_describe(broker, r) for r in request.body.resources]
+    return DescribeConfigsResponse(throttle_time_ms=0, results=results)
+
+
+def _describe(broker: Broker, res) -> Result:  # type: ignore[no-untyped-def]
+    if res.resource_type == TOPIC:
+        info = broker.metadata.topics.get(res.resource_name)
+        if info is None:
+            return _error(res, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "unknown topic")
+        values = {
+            k: (v, DYNAMIC_TOPIC_CONFIG if k in info.configs else DEFAULT_CONFIG)
+            for k, v in broker.topic_config(info).items()
+        }
+    elif res.resource_type == BROKER:
+        if res.resource_name not in ("", str(broker.node_id)):
+            return _error(res, ErrorCode.INVALID_REQUEST, "unknown broker")
+        values = {
+            k: (",".join(v) if isinstance(v, list) else str(v).lower()
+                if isinstance(v, bool) else str(v), STATIC_BROKER_CONFIG)
+            for k, v in broker.config.items() if k in KEYS
+        }
+    else:
+        return _error(res, ErrorCode.INVALID_REQUEST, f"resource type {res.resource_type}")
+    keys = res.configuration_keys
+    entries = [
+        Entry(name=k, value=v, read_only=res.resource_type == BROKER, config_source=src,
+              is_default=src == DEFAULT_CONFIG, is_sensitive=False, synonyms=[], config_type=0,
+              documentation=None)
+        for k, (v, src) in values.items() if keys is None or k in keys
+    ]
+    return Result(error_code=0, error_message=None, resource_type=res.resource_type,
+                  resource_name=res.resource_name, configs=entries)
+
+
+def _error(res, code: ErrorCode, message: str) -> Result:  # type: ignore[no-untyped-def]
+    return Result(error_code=code, error_message=message, resource_type=res.resource_type,
+                  resource_name=res.resource_name, configs=[])

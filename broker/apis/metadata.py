@@ -1,0 +1,77 @@
+"""Metadata (key 3): brokers, topics and partition leaders, with topic auto-creation."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kafka.protocol.metadata import MetadataResponse
+
+from broker.metadata import TopicInfo
+from protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from broker.network.request_channel import Request
+    from broker.server import Broker
+
+Topic = MetadataResponse.MetadataResponseTopic
+PartitionMeta = Topic.MetadataResponsePartition
+
+
+def handle(broker: Broker, request: Request) -> MetadataResponse:
+    req = request.body
+    store = broker.metadata
+    topics: list[Topic] = []
+    if req.topics is None or (request.version == 0 and not req.topics):
+        wanted = list(store.topics.values())
+        topics = [_describe(broker, t) for t in wanted]
+    else:
+        allow_create = req.allow_auto_topic_creation if request.version >= 4 else True
+        for t in req.topics:
+            topics.append(_lookup(broker, t.name, getattr(t, "topic_id", None), allow_create))
+    host, port = broker.advertised
+    return MetadataResponse(
+        throttle_time_ms=0,
+        brokers=[MetadataResponse.MetadataResponseBroker(node_id=broker.node_id, host=host,
+                                                         port=port, rack=None)],
+        cluster_id=store.cluster_id,
+        controller_id=broker.node_id,
+        topics=topics,
+        cluster_authorized_operations=-2147483648,
+    )
+
+
+def _lookup(broker: Broker, name: str | None, topic_id: object, allow_create: bool) -> Topic:
+    store = broker.metadata
+    if name is None:
+        info = store.by_id.get(topic_id)  # type: ignore[arg-type]
+        if info is None:
+            return _error(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id)
+        return _describe(broker, info)
+    info = store.topics.get(name)
+    if info is None:
+        if not allow_create:
+            return _error(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        try:
+            info = broker.auto_create(name)
+        except KafkaError as exc:
+            return _error(name, exc.error_code)
+        if info is None:
+            return _error(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        # Kafka answers LEADER_NOT_AVAILABLE right after creation; our leader exists at once.
+    return _describe(broker, info)
+
+
+def _describe(broker: Broker, info: TopicInfo) -> Topic:
+    node = broker.node_id
+    parts = [
+        PartitionMeta(error_code=0, partition_index=i, leader_id=node, leader_epoch=0,
+                      replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
+        for i in range(info.partitions)
+    ]
+    return Topic(error_code=0, name=info.name, topic_id=info.topic_id, is_internal=False,
+                 partitions=parts, topic_authorized_operations=-2147483648)
+
+
+def _error(name: str | None, code: ErrorCode, topic_id: object = None) -> Topic:
+    return Topic(error_code=code, name=name, topic_id=topic_id, is_internal=False,
+                 partitions=[], topic_authorized_operations=-2147483648)

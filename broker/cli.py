@@ -1,0 +1,57 @@
+"""`mini-broker [server.properties] [--override key=value ...]`, as kafka-server-start.sh."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from importlib.metadata import version
+
+import uvloop
+
+from broker.config import KEYS, BrokerConfig, ConfigError
+from broker.logging import configure
+
+
+def _parser() -> argparse.ArgumentParser:
+    keys = "\n".join(f"  {k.name} (default {k.default or 'unset'}): {k.doc}" for k in KEYS.values())
+    parser = argparse.ArgumentParser(
+        prog="mini-broker",
+        description="A Kafka-compatible broker. Configuration keys:\n" + keys,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("config", nargs="?", help="server.properties file")
+    parser.add_argument("--override", action="append", default=[], metavar="key=value",
+                        help="override a configuration key (repeatable)")
+    parser.add_argument("--version", action="version", version=version("mini-broker"))
+    return parser
+
+
+async def _serve(config: BrokerConfig) -> None:
+    from broker.server import Broker
+
+    broker = Broker(config)
+    await broker.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await broker.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    configure()
+    try:
+        config = BrokerConfig.from_properties(args.config, args.override)
+    except (ConfigError, OSError) as exc:
+        print(f"mini-broker: {exc}", file=sys.stderr)
+        return 2
+    uvloop.run(_serve(config))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

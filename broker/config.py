@@ -1,0 +1,172 @@
+"""Broker configuration: Kafka's server.properties keys, parsed and checked at start.
+
+An unknown key or a bad value stops the broker before it binds a port, with a message that
+names the key, because a typo silently ignored is a misconfigured production broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+LONG_MAX = 2**63 - 1
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _bool(v: str) -> bool:
+    low = v.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    raise ValueError("expected true or false")
+
+
+def _list(v: str) -> list[str]:
+    return [p.strip() for p in v.split(",") if p.strip()]
+
+
+def _choice(*options: str) -> Callable[[str], str]:
+    def parse(v: str) -> str:
+        if v.strip() not in options:
+            raise ValueError(f"expected one of {', '.join(options)}")
+        return v.strip()
+
+    return parse
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    parse: Callable[[str], Any]
+    default: str
+    doc: str
+    min: int | None = None
+    max: int | None = None
+
+
+KEYS: dict[str, Key] = {
+    k.name: k
+    for k in (
+        Key("listeners", _list, "PLAINTEXT://127.0.0.1:9092", "Addresses the broker binds."),
+        Key("advertised.listeners", _list, "", "Addresses given to clients (default: listeners)."),
+        Key("node.id", int, "1", "This broker's id.", min=0),
+        Key("log.dirs", _list, "./data", "Directories holding the partition logs."),
+        Key("num.partitions", int, "1", "Partitions of an auto-created topic.", min=1),
+        Key("default.replication.factor", int, "1", "Only 1 is served (one broker).", 1, 1),
+        Key("auto.create.topics.enable", _bool, "true", "Create a topic on first metadata."),
+        Key("log.segment.bytes", int, "1073741824", "Roll a segment at this size.", min=1024),
+        Key("log.roll.ms", int, "604800000", "Roll a segment at this age.", min=1),
+        Key("log.retention.ms", int, "604800000", "Delete segments older than this (-1: never).",
+            min=-1),
+        Key("log.retention.bytes", int, "-1", "Delete oldest segments past this size (-1: never).",
+            min=-1),
+        Key("log.retention.check.interval.ms", int, "300000", "How often retention runs.", min=1),
+        Key("log.flush.interval.messages", int, str(LONG_MAX),
+            "fsync after this many unflushed messages.", min=1),
+        Key("log.flush.interval.ms", int, str(LONG_MAX), "fsync data older than this.", min=0),
+        Key("log.index.interval.bytes", int, "4096", "Bytes between offset index entries.", min=0),
+        Key("log.message.timestamp.type", _choice("CreateTime", "LogAppendTime"), "CreateTime",
+            "Default message.timestamp.type of topics."),
+        Key("message.max.bytes", int, "1048588", "Largest record batch accepted.", min=0),
+        Key("socket.request.max.bytes", int, "104857600", "Largest request frame accepted.",
+            min=1),
+        Key("num.io.threads", int, "8", "Request handler queues (asyncio tasks).", min=1),
+        Key("queued.max.request.bytes", int, "104857600",
+            "In-flight request bytes before connections are muted (-1: unbounded).", min=-1),
+        Key("request.processing.mode", _choice("pipelined", "serial"), "pipelined",
+            "pipelined (AutoMQ) or serial (Kafka's mute-until-response)."),
+    )
+}
+
+
+class BrokerConfig:
+    """Parsed configuration; attribute access by Kafka key via `cfg["log.dirs"]`."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self._values = values
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def items(self) -> Iterable[tuple[str, Any]]:
+        return self._values.items()
+
+    @property
+    def listener(self) -> tuple[str, int]:
+        return parse_listener(self["listeners"][0], "listeners")
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        adv = self["advertised.listeners"] or self["listeners"]
+        return parse_listener(adv[0], "advertised.listeners")
+
+    @classmethod
+    def from_properties(
+        cls, path: str | Path | None = None, overrides: Iterable[str] = ()
+    ) -> BrokerConfig:
+        raw: dict[str, str] = {}
+        if path is not None:
+            raw.update(read_properties(Path(path)))
+        for item in overrides:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise ConfigError(f"--override {item!r}: expected key=value")
+            raw[key.strip()] = value.strip()
+        return cls.from_dict(raw)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, str]) -> BrokerConfig:
+        unknown = sorted(set(raw) - set(KEYS))
+        if unknown:
+            raise ConfigError(f"unknown configuration key: {unknown[0]}")
+        values = {name: _parse(key, raw.get(name, key.default)) for name, key in KEYS.items()}
+        return cls(values)
+
+
+def _parse(key: Key, text: str) -> Any:
+    try:
+        value = key.parse(text)
+    except ValueError as exc:
+        raise ConfigError(f"invalid value {text!r} for {key.name}: {exc}") from None
+    if key.min is not None and value < key.min:
+        raise ConfigError(f"invalid value {text!r} for {key.name}: must be >= {key.min}")
+    if key.max is not None and value > key.max:
+        raise ConfigError(f"invalid value {text!r} for {key.name}: must be <= {key.max}")
+    if key.name in ("listeners", "advertised.listeners"):
+        for item in value:
+            parse_listener(item, key.name)
+    return value
+
+
+def parse_listener(text: str, key: str) -> tuple[str, int]:
+    """PLAINTEXT://host:port -> (host, port); only PLAINTEXT is served."""
+    proto, sep, rest = text.partition("://")
+    host, _, port = rest.rpartition(":")
+    if not sep or proto.upper() != "PLAINTEXT" or not port.isdigit():
+        raise ConfigError(f"invalid value {text!r} for {key}: expected PLAINTEXT://host:port")
+    return host.strip("[]"), int(port)
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """Java .properties, the subset Kafka's files use: key=value or key: value, # and ! comments."""
+    out: dict[str, str] = {}
+    pending = ""
+    for line in path.read_text().splitlines():
+        line = pending + line.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\"):
+            pending = line[:-1]
+            continue
+        for i, ch in enumerate(line):
+            if ch in "=:":
+                out[line[:i].strip()] = line[i + 1 :].strip()
+                break
+        else:
+            out[line] = ""
+    return out

@@ -1,0 +1,171 @@
+"""One client socket: the "processor" of Kafka's network layer, as an asyncio.Protocol.
+
+It parses frames continuously and hands each request to the RequestChannel without waiting for
+its response; responses come back through the sequencer in request order. Reading pauses while
+any mute reason is set (memory, in-flight cap, serial mode) and resumes when all are clear.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import deque
+from enum import IntFlag
+from typing import TYPE_CHECKING
+
+import structlog
+
+from broker.network.sequencer import ResponseSequencer, Slot
+from protocol.framing import FrameDecoder, FrameError, parse_request_header, peek_key_version
+from protocol.registry import API_VERSIONS_KEY, APIS
+
+if TYPE_CHECKING:
+    from broker.network.request_channel import Request, RequestChannel
+
+log = structlog.get_logger("broker.network")
+_channel_ids = itertools.count(1)
+
+MAX_INFLIGHT_PER_CONNECTION = 128
+
+
+class MuteReason(IntFlag):
+    MEMORY = 1  # broker-wide queued.max.request.bytes exceeded
+    INFLIGHT = 2  # this connection has too many requests in flight
+    SERIAL = 4  # serial mode: one request at a time, as Kafka's processor does
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, channel: RequestChannel, serial: bool, max_frame: int) -> None:
+        self.channel = channel
+        self.channel_id = next(_channel_ids)
+        self.serial = serial
+        self.decoder = FrameDecoder(max_frame)
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.closed = False
+        self.mute = MuteReason(0)
+        self._paused = False
+        self._pending: deque[bytes] = deque()  # parsed frames not yet dispatched (serial mode)
+        self.inflight = 0
+        self.sequencer = ResponseSequencer(self._write, self._on_sent)
+
+    # -- asyncio.Protocol ------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.channel.register(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        try:
+            frames = self.decoder.feed(data)
+        except FrameError as exc:
+            self.close(str(exc))
+            return
+        if frames:
+            self._pending.extend(frames)
+            self._dispatch()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        for slot in self.sequencer.clear():
+            self.channel.release(slot.size)
+        self._pending.clear()
+        self.channel.unregister(self)
+        log.info("connection closed", peer=self.peer, channel=self.channel_id)
+
+    # -- request path ----------------------------------------------------------------------
+    def _dispatch(self) -> None:
+        while self._pending and not self.closed:
+            if self.serial and self.inflight:
+                return
+            request = self._parse(self._pending.popleft())
+            if request is not None:
+                if self.serial:
+                    self.set_mute(MuteReason.SERIAL)
+                self.channel.submit(request)
+
+    def _parse(self, frame: bytes) -> Request | None:
+        from broker.network.request_channel import Request
+
+        try:
+            api_key, version = peek_key_version(frame)
+            spec = APIS.get(api_key)
+            if spec is None:
+                self.close(f"unknown api key {api_key}")
+                return None
+            supported = spec.supports(version)
+            if not supported and api_key != API_VERSIONS_KEY:
+                self.close(f"unsupported version {version} of {spec.name}")
+                return None
+            # An ApiVersions request of a version we do not know is parsed as v0 (KIP-511).
+            flexible = supported and spec.flexible(version)
+            header, body_view = parse_request_header(frame, flexible)
+            body = spec.request.decode(body_view, version=version) if supported else None
+        except FrameError as exc:
+            self.close(str(exc))
+            return None
+        except Exception as exc:  # a body that does not match its schema
+            self.close(f"malformed {APIS[api_key].name} v{version} request: {exc!r}")
+            return None
+        expects = body is None or body.expect_response()
+        size = len(frame)
+        slot = self.sequencer.reserve(size) if expects else None
+        self.inflight += 1
+        self.channel.hold(self, size)
+        if self.inflight >= MAX_INFLIGHT_PER_CONNECTION:
+            self.set_mute(MuteReason.INFLIGHT)
+        return Request(self, header, spec, body, slot, size, time.monotonic())
+
+    def finish(self, request: Request, payload: bytes | None) -> None:
+        """Called by the channel when a request is done (payload None: no response)."""
+        if request.slot is None:
+            self.channel.release(request.size)
+            if not self.closed:
+                self._done_one()
+        elif not self.closed:
+            self.sequencer.complete(request.slot, payload or b"")
+
+    def _write(self, payload: bytes) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.write(payload)
+
+    def _on_sent(self, slot: Slot) -> None:
+        self.channel.release(slot.size)
+        self._done_one()
+
+    def _done_one(self) -> None:
+        self.inflight -= 1
+        if self.inflight < MAX_INFLIGHT_PER_CONNECTION:
+            self.clear_mute(MuteReason.INFLIGHT)
+        if self.serial and not self.inflight:
+            self.clear_mute(MuteReason.SERIAL)
+            self._dispatch()
+
+    # -- mute flags ------------------------------------------------------------------------
+    def set_mute(self, reason: MuteReason) -> None:
+        self.mute |= reason
+        if not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def clear_mute(self, reason: MuteReason) -> None:
+        if not self.mute & reason:
+            return
+        self.mute &= ~reason
+        if self._paused and not self.mute and self.transport is not None and not self.closed:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def close(self, reason: str) -> None:
+        """Close on bad input: logged once, nothing else on the broker is touched."""
+        if self.closed:
+            return
+        log.warning("closing connection", peer=self.peer, channel=self.channel_id, reason=reason)
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()

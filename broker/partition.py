@@ -1,0 +1,60 @@
+"""Replica state of one partition on this broker: its log, high watermark and leader epoch.
+
+The high watermark is the offset up to which data counts as committed. With one replica that is
+the offset made durable as the flush policy defines it: every append when the policy does not
+fsync per message, and the last fsynced offset when it does (log.flush.interval.messages=1).
+Replication will move it later; nothing else here assumes a single replica.
+"""
+
+from __future__ import annotations
+
+from broker.log.log import AppendInfo, Log
+
+
+class Partition:
+    __slots__ = (
+        "topic", "index", "log", "high_watermark", "leader_epoch", "hw_gated_by_flush",
+        "appended_bytes", "hw_bytes", "flush_pending", "flush_again", "last_flush_ms",
+    )
+
+    def __init__(self, topic: str, index: int, log: Log, hw_gated_by_flush: bool) -> None:
+        self.topic = topic
+        self.index = index
+        self.log = log
+        self.high_watermark = log.log_end_offset  # recovered data is durable
+        self.leader_epoch = 0
+        self.hw_gated_by_flush = hw_gated_by_flush
+        # Bytes appended since start, and that count at the high watermark: a DelayedFetch
+        # estimates what became readable from their difference without reading the log.
+        self.appended_bytes = 0
+        self.hw_bytes = 0
+        self.flush_pending = False
+        self.flush_again = False
+        self.last_flush_ms = 0
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.topic, self.index)
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    def append(self, records: bytearray, now_ms: int) -> tuple[AppendInfo, bool]:
+        """Append as leader; returns the append info and whether the high watermark moved."""
+        info = self.log.append(records, now_ms)
+        self.appended_bytes += info.size
+        if self.hw_gated_by_flush:
+            return info, False
+        return info, self.advance_high_watermark(self.log.log_end_offset, self.appended_bytes)
+
+    def advance_high_watermark(self, offset: int, at_bytes: int) -> bool:
+        if offset <= self.high_watermark:
+            return False
+        self.high_watermark = offset
+        self.hw_bytes = at_bytes
+        return True

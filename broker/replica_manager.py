@@ -1,0 +1,150 @@
+"""ReplicaManager: the partitions this broker leads, appends, reads, flushes, and purgatories.
+
+Handlers call it (as Kafka's KafkaApis calls its ReplicaManager); it never sees the wire format.
+When a high watermark moves, the produce and fetch purgatories are checked for that partition:
+parked requests complete on the event, never on a poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import structlog
+
+from broker.log.log import AppendInfo
+from broker.partition import Partition
+from protocol.errors import ErrorCode, KafkaError
+from purgatory import Purgatory, Timer
+
+log = structlog.get_logger("broker.replica")
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(slots=True)
+class ProduceResult:
+    error: ErrorCode = ErrorCode.NONE
+    base_offset: int = -1
+    last_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ReplicaManager:
+    def __init__(self, flush_interval_ms: int, timer: Timer) -> None:
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.timer = timer
+        self.produce_purgatory = Purgatory("produce", timer)
+        self.fetch_purgatory = Purgatory("fetch", timer)
+        self._flush_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="flusher")
+        self._flush_tasks: set[asyncio.Task[None]] = set()
+        self.flush_interval_ms = flush_interval_ms
+
+    # -- produce ----------------------------------------------------------------------------
+    def append_records(
+        self, entries: Iterable[tuple[TopicPartition, bytes | None]]
+    ) -> dict[TopicPartition, ProduceResult]:
+        """Validate, assign offsets and append each partition's batches, in arrival order."""
+        results: dict[TopicPartition, ProduceResult] = {}
+        ts = now_ms()
+        for tp, records in entries:
+            results[tp] = self._append_one(tp, records, ts)
+        return results
+
+    def _append_one(self, tp: TopicPartition, records: bytes | None, ts: int) -> ProduceResult:
+        partition = self.partitions.get(tp)
+        if partition is None:
+            return ProduceResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if not records:
+            return ProduceResult(ErrorCode.INVALID_RECORD, message="no record batches")
+        try:
+            info, hw_moved = partition.append(bytearray(records), ts)
+        except KafkaError as exc:
+            log.warning("produce rejected", topic=tp[0], partition=tp[1],
+                        error=exc.error_code.name, reason=str(exc))
+            return ProduceResult(exc.error_code, message=str(exc))
+        self._after_append(partition, info, hw_moved)
+        return ProduceResult(ErrorCode.NONE, info.first_offset, info.last_offset,
+                             info.log_append_time, partition.log_start_offset)
+
+    def _after_append(self, partition: Partition, info: AppendInfo, hw_moved: bool) -> None:
+        if hw_moved:
+            self.on_high_watermark(partition)
+        if partition.log.unflushed_messages >= partition.log.config.flush_interval_messages:
+            self.request_flush(partition)
+
+    # -- flush: a group commit, off the event loop --------------------------------------------
+    def request_flush(self, partition: Partition) -> None:
+        """Flush now, or right after the running flush: one fsync covers every batch since."""
+        if partition.flush_pending:
+            partition.flush_again = True
+            return
+        partition.flush_pending = True
+        task = asyncio.get_running_loop().create_task(self._flush(partition))
+        self._flush_tasks.add(task)
+        task.add_done_callback(self._flush_tasks.discard)
+
+    async def _flush(self, partition: Partition) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                partition.flush_again = False
+                end_offset, end_bytes = partition.log_end_offset, partition.appended_bytes
+                await loop.run_in_executor(self._flush_executor, partition.log.flush)
+                partition.last_flush_ms = now_ms()
+                if partition.hw_gated_by_flush and partition.advance_high_watermark(
+                    end_offset, end_bytes
+                ):
+                    self.on_high_watermark(partition)
+                if not partition.flush_again or self.partitions.get(partition.key) is not partition:
+                    return
+        except Exception:
+            log.exception("flush failed", topic=partition.topic, partition=partition.index)
+        finally:
+            partition.flush_pending = False
+
+    async def run_time_flusher(self) -> None:
+        """log.flush.interval.ms: flush partitions whose data has waited that long."""
+        interval = self.flush_interval_ms
+        while True:
+            await asyncio.sleep(min(interval, 1000) / 1000)
+            ts = now_ms()
+            for p in list(self.partitions.values()):
+                due = ts - p.last_flush_ms >= p.log.config.flush_interval_ms
+                if due and p.log.unflushed_messages:
+                    self.request_flush(p)
+
+    async def flush_all(self) -> None:
+        if self._flush_tasks:
+            await asyncio.gather(*self._flush_tasks, return_exceptions=True)
+        loop = asyncio.get_running_loop()
+        for p in list(self.partitions.values()):
+            await loop.run_in_executor(self._flush_executor, p.log.flush)
+
+    def on_high_watermark(self, partition: Partition) -> None:
+        key = partition.key
+        self.produce_purgatory.check_and_complete(key)
+        self.fetch_purgatory.check_and_complete(key)
+
+    # -- partitions -----------------------------------------------------------------------------
+    def add_partition(self, partition: Partition) -> None:
+        self.partitions[partition.key] = partition
+
+    def remove_partition(self, tp: TopicPartition) -> Partition | None:
+        """Drop a partition; requests parked on it complete now with an error."""
+        partition = self.partitions.pop(tp, None)
+        self.produce_purgatory.check_and_complete(tp)
+        self.fetch_purgatory.check_and_complete(tp)
+        return partition
+
+    def shutdown(self) -> None:
+        self._flush_executor.shutdown(wait=True)

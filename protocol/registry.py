@@ -1,0 +1,84 @@
+"""The API registry: the one place that says which APIs and versions the broker serves.
+
+ApiVersions answers from this table, the connection refuses what is not in it, and each API
+module is looked up here by key. Codecs are kafka-python's classes generated from Kafka's own
+JSON message specs, so request and response layouts are exactly Kafka's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kafka.protocol.admin import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+)
+from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+)
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSpec:
+    """One served API: its key, the version range we answer, and its codecs."""
+
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+    request: type[ApiMessage]
+    response: type[ApiMessage]
+
+    def supports(self, version: int) -> bool:
+        return self.min_version <= version <= self.max_version
+
+    def flexible(self, version: int) -> bool:
+        """Flexible versions use request header v2 / response header v1 (tagged fields)."""
+        return self.request.flexible_version_q(version)
+
+
+def _spec(min_v: int, max_v: int, req: type[ApiMessage], resp: type[ApiMessage]) -> ApiSpec:
+    return ApiSpec(req.API_KEY, req.name.removesuffix("Request"), min_v, max_v, req, resp)
+
+
+APIS: dict[int, ApiSpec] = {
+    s.key: s
+    for s in (
+        _spec(3, 11, ProduceRequest, ProduceResponse),
+        _spec(4, 16, FetchRequest, FetchResponse),
+        _spec(1, 8, ListOffsetsRequest, ListOffsetsResponse),
+        _spec(0, 12, MetadataRequest, MetadataResponse),
+        _spec(0, 3, ApiVersionsRequest, ApiVersionsResponse),
+        _spec(2, 7, CreateTopicsRequest, CreateTopicsResponse),
+        _spec(1, 6, DeleteTopicsRequest, DeleteTopicsResponse),
+        _spec(1, 4, DescribeConfigsRequest, DescribeConfigsResponse),
+        _spec(2, 4, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse),
+        _spec(0, 3, CreatePartitionsRequest, CreatePartitionsResponse),
+        _spec(0, 1, DescribeClusterRequest, DescribeClusterResponse),
+    )
+}
+
+API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
+PRODUCE_KEY = ProduceRequest.API_KEY
+FETCH_KEY = FetchRequest.API_KEY

@@ -1,0 +1,79 @@
+"""A real mini-broker process on loopback for integration tests: ephemeral port, temp data dir."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+class BrokerProcess:
+    """Starts `python -m broker` with overrides; learns its port from the start log line."""
+
+    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.overrides = {"log.dirs": str(data_dir / "logs"), **(overrides or {})}
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir / "broker.log"
+        self._log_offset = 0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> BrokerProcess:
+        listen = f"PLAINTEXT://127.0.0.1:{self.port}"
+        args = [sys.executable, "-m", "broker", "--override", f"listeners={listen}"]
+        for k, v in self.overrides.items():
+            args += ["--override", f"{k}={v}"]
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(args, stdout=log, stderr=log, env={**os.environ})
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in self.new_log_lines():
+                if line.get("event") == "broker started":
+                    self.port = line["port"]
+                    return self
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_text()}")
+            time.sleep(0.05)
+        raise TimeoutError(f"broker did not start:\n{self.log_text()}")
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def new_log_lines(self) -> list[dict]:
+        """JSON log lines written since this start."""
+        text = self.log_path.read_bytes()[self._log_offset:].decode(errors="replace")
+        out = []
+        for raw in text.splitlines():
+            try:
+                out.append(json.loads(raw))
+            except ValueError:
+                continue
+        return out
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait: the clean shutdown path."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        """SIGKILL: the crash path."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def restart(self, clean: bool = True) -> BrokerProcess:
+        self.stop() if clean else self.kill()
+        return self.start()  # same port: clients keep their bootstrap address
