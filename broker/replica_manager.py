@@ -18,6 +18,7 @@ import structlog
 from broker.log.log import AppendInfo
 from broker.partition import Partition
 from protocol.errors import ErrorCode, KafkaError
+from protocol.record_batch import RecordBatchError
 from purgatory import Purgatory, Timer
 
 log = structlog.get_logger("broker.replica")
@@ -68,10 +69,11 @@ class ReplicaManager:
             return ProduceResult(ErrorCode.INVALID_RECORD, message="no record batches")
         try:
             info, hw_moved = partition.append(bytearray(records), ts)
-        except KafkaError as exc:
-            log.warning("produce rejected", topic=tp[0], partition=tp[1],
-                        error=exc.error_code.name, reason=str(exc))
-            return ProduceResult(exc.error_code, message=str(exc))
+        except (KafkaError, RecordBatchError) as exc:
+            code = ErrorCode(exc.error_code)
+            log.warning("produce rejected", topic=tp[0], partition=tp[1], error=code.name,
+                        reason=str(exc))
+            return ProduceResult(code, message=str(exc))
         self._after_append(partition, info, hw_moved)
         return ProduceResult(ErrorCode.NONE, info.first_offset, info.last_offset,
                              info.log_append_time, partition.log_start_offset)
@@ -145,6 +147,14 @@ class ReplicaManager:
         self.produce_purgatory.check_and_complete(tp)
         self.fetch_purgatory.check_and_complete(tp)
         return partition
+
+    def complete_all_parked(self) -> None:
+        """Answer every parked request now (shutdown): fetches with what they have, produces
+        with their partitions' state."""
+        for purgatory in (self.fetch_purgatory, self.produce_purgatory):
+            for tp in list(self.partitions):
+                for op in purgatory.cancel_for_key(tp):
+                    op.force_complete()
 
     def shutdown(self) -> None:
         self._flush_executor.shutdown(wait=True)

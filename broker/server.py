@@ -13,6 +13,7 @@ import structlog
 
 from broker import apis
 from broker.config import BrokerConfig
+from broker.fetch_session import FetchSessionCache
 from broker.log.log import LogConfig
 from broker.log.manager import LogManager
 from broker.metadata import (
@@ -40,6 +41,7 @@ class Broker:
         self.metadata = MetadataStore(self.log_dirs[0])
         self.log_manager = LogManager(self.log_dirs, self._log_config({}))
         self.replica_manager: ReplicaManager | None = None
+        self.fetch_sessions = FetchSessionCache()
         self.channel: RequestChannel | None = None
         self.server: asyncio.base_events.Server | None = None
         self.port = 0
@@ -128,7 +130,7 @@ class Broker:
         if plog is None:
             plog = self.log_manager.create_log(info.name, index, cfg)
         else:
-            plog.config = cfg
+            plog.update_config(cfg)
         partition = Partition(info.name, index, plog, cfg.flush_interval_messages == 1)
         self.rm.add_partition(partition)
         return partition
@@ -192,6 +194,9 @@ class Broker:
         if self.server is not None:
             self.server.close()
         if self.channel is not None:
+            self.channel.mute_all()
+            if self.replica_manager is not None:
+                self.rm.complete_all_parked()
             await self.channel.stop()
             for conn in list(self.channel.connections):
                 conn.close("broker shutting down")

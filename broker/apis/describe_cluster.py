@@ -18,5 +18,5 @@ def handle(broker: Broker, request: Request) -> DescribeClusterResponse:
     return DescribeClusterResponse(
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1,
         cluster_id=broker.metadata.cluster_id, controller_id=broker.node_id, brokers=[node],
-        cluster_authorized_operations=-2147483648,
+        authorized_operations=None,
     )

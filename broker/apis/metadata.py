@@ -36,7 +36,6 @@ def handle(broker: Broker, request: Request) -> MetadataResponse:
         cluster_id=store.cluster_id,
         controller_id=broker.node_id,
         topics=topics,
-        cluster_authorized_operations=-2147483648,
     )
 
 
@@ -69,9 +68,9 @@ def _describe(broker: Broker, info: TopicInfo) -> Topic:
         for i in range(info.partitions)
     ]
     return Topic(error_code=0, name=info.name, topic_id=info.topic_id, is_internal=False,
-                 partitions=parts, topic_authorized_operations=-2147483648)
+                 partitions=parts, authorized_operations=None)
 
 
 def _error(name: str | None, code: ErrorCode, topic_id: object = None) -> Topic:
     return Topic(error_code=code, name=name, topic_id=topic_id, is_internal=False,
-                 partitions=[], topic_authorized_operations=-2147483648)
+                 partitions=[], authorized_operations=None)

@@ -33,6 +33,7 @@ class MuteReason(IntFlag):
     MEMORY = 1  # broker-wide queued.max.request.bytes exceeded
     INFLIGHT = 2  # this connection has too many requests in flight
     SERIAL = 4  # serial mode: one request at a time, as Kafka's processor does
+    SHUTDOWN = 8  # the broker is draining: no new requests
 
 
 class Connection(asyncio.Protocol):
@@ -52,8 +53,7 @@ class Connection(asyncio.Protocol):
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.channel.register(self)

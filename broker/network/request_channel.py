@@ -62,6 +62,11 @@ class RequestChannel:
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._handler_loop(q)) for q in self.queues]
 
+    def mute_all(self) -> None:
+        """Read no further requests (shutdown); what is queued still gets its answer."""
+        for conn in self.connections:
+            conn.set_mute(MuteReason.SHUTDOWN)
+
     async def stop(self) -> None:
         """Let queued requests and parked responses finish, then stop the handler tasks."""
         for q in self.queues:
@@ -130,7 +135,11 @@ class RequestChannel:
             conn.finish(request, None)
             return
         version = request.version if request.body is not None else 0
-        body = response.encode(version=version)
+        try:
+            body = response.encode(version=version)
+        except Exception as exc:  # a handler built a response its version cannot carry
+            self._fail(request, exc)
+            return
         # ApiVersions always answers with response header v0, so old clients can read it.
         flexible = request.spec.key != API_VERSIONS_KEY and request.spec.flexible(version)
         conn.finish(request, encode_response(request.header.correlation_id, flexible, body))

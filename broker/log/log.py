@@ -1,0 +1,560 @@
+"""Log: one partition's ordered segments (Kafka's UnifiedLog + LocalLog, leader only).
+
+Invariants:
+
+* ``segments`` is sorted by base offset and never empty; the last one is the active segment,
+  the only one appended to. ``log_start_offset <= recovery_point <= log_end_offset``.
+* Offsets are assigned here, on the event loop, by rewriting batch headers in place; the log
+  holds exactly the validated request bytes, so a fetch returns them unchanged.
+* ``flush`` may run in a worker thread while the loop appends: it snapshots the end offset
+  and the segment list under ``_lock`` (and dups the fds it will fsync), so a segment closed
+  or deleted meanwhile is still safe to fsync. Everything else runs on the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from broker.log.index import IndexCorruptError
+from broker.log.recovery import recover_segment, recover_segments
+from broker.log.segment import INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, LogSegment
+from protocol.errors import ErrorCode, KafkaError
+from protocol.record_batch import (
+    CorruptRecordError,
+    RecordBatchError,
+    assign_offsets,
+    validate_produce_records,
+)
+
+__all__ = [
+    "LogConfig",
+    "AppendInfo",
+    "Log",
+    "OffsetOutOfRangeError",
+    "RecordBatchTooLargeError",
+    "parse_topic_partition_dir",
+]
+
+logger = logging.getLogger(__name__)
+
+LONG_MAX = 2**63 - 1
+CREATE_TIME = "CreateTime"
+LOG_APPEND_TIME = "LogAppendTime"
+_LEFTOVER_SUFFIXES = (".deleted", ".cleaned", ".swap", ".tmp")
+_SEGMENT_NAME = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+_PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def parse_topic_partition_dir(name: str) -> tuple[str, int] | None:
+    """``"my-topic-3"`` -> ``("my-topic", 3)``; None for names that are not partitions."""
+    m = _PARTITION_DIR.match(name)
+    if m is None:
+        return None
+    return m.group(1), int(m.group(2))
+
+
+class OffsetOutOfRangeError(KafkaError):
+    """Fetch offset outside [log_start_offset, log_end_offset] (OFFSET_OUT_OF_RANGE)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.OFFSET_OUT_OF_RANGE, message)
+
+
+class RecordBatchTooLargeError(RecordBatchError):
+    """An append larger than a whole segment (Kafka's RecordBatchTooLargeException)."""
+
+    error_code = ErrorCode.RECORD_LIST_TOO_LARGE
+
+
+@dataclass(slots=True)
+class LogConfig:
+    """Per-log settings, Kafka's topic-level names and defaults (server keys ``log.*``)."""
+
+    segment_bytes: int = 1024 * 1024 * 1024  # log.segment.bytes
+    roll_ms: int = 7 * 24 * 60 * 60 * 1000  # log.roll.ms (log.roll.hours=168)
+    retention_ms: int = 7 * 24 * 60 * 60 * 1000  # log.retention.ms; -1 = unlimited
+    retention_bytes: int = -1  # log.retention.bytes; -1 = unlimited
+    flush_interval_messages: int = LONG_MAX  # log.flush.interval.messages
+    flush_interval_ms: int = LONG_MAX  # log.flush.interval.ms
+    index_interval_bytes: int = 4096  # log.index.interval.bytes
+    message_timestamp_type: str = CREATE_TIME  # log.message.timestamp.type
+    max_message_bytes: int = 1024 * 1024 + 12  # message.max.bytes (1048588)
+
+    def __post_init__(self) -> None:
+        if self.message_timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
+            raise ValueError(
+                f"message_timestamp_type must be {CREATE_TIME} or {LOG_APPEND_TIME}, "
+                f"got {self.message_timestamp_type!r}"
+            )
+        if self.segment_bytes < 14:
+            raise ValueError(f"segment_bytes must be at least 14, got {self.segment_bytes}")
+        if self.index_interval_bytes < 0:
+            raise ValueError("index_interval_bytes must be >= 0")
+
+    def with_overrides(self, **changes: object) -> LogConfig:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+@dataclass(slots=True)
+class AppendInfo:
+    """What the produce response needs about one append."""
+
+    first_offset: int
+    last_offset: int
+    log_append_time: int  # -1 with CreateTime
+    max_timestamp: int
+    num_records: int
+    size: int
+    offset_of_max_timestamp: int = field(default=-1)
+
+
+class Log:
+    """One partition's log directory ``<log.dir>/<topic>-<partition>``.
+
+    ``Log(dir, config, topic, partition)`` opens the directory (creating it and a first
+    segment if needed) trusting what is there; ``Log.load(..., clean_shutdown=False)``
+    recovers from ``recovery_point`` first.
+    """
+
+    def __init__(
+        self,
+        dir: Path,
+        config: LogConfig,
+        topic: str,
+        partition: int,
+        *,
+        clean_shutdown: bool = True,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        now_ms: int | None = None,
+    ) -> None:
+        self.dir = Path(dir)
+        self.config = config
+        self.topic = topic
+        self.partition = partition
+        self._lock = threading.Lock()  # guards segment list changes vs. flush snapshots
+        self._flush_lock = threading.Lock()  # one flush at a time per log
+        self.segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._next_offset = 0
+        self.log_start_offset = 0
+        self.recovery_point = 0
+        self.last_flush_ms = _now_ms() if now_ms is None else now_ms
+        self._closed = False
+        self._load(clean_shutdown, recovery_point, log_start_offset, now_ms)
+
+    @classmethod
+    def load(
+        cls,
+        dir: Path,
+        config: LogConfig,
+        topic: str,
+        partition: int,
+        clean_shutdown: bool,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+    ) -> Log:
+        """Open an existing (or new) log; without a clean shutdown, recover first."""
+        return cls(
+            dir,
+            config,
+            topic,
+            partition,
+            clean_shutdown=clean_shutdown,
+            recovery_point=recovery_point,
+            log_start_offset=log_start_offset,
+        )
+
+    # -- loading (Kafka's LogLoader) -------------------------------------------------------------
+    def _load(
+        self, clean_shutdown: bool, recovery_point: int, log_start_offset: int, now_ms: int | None
+    ) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        bases: set[int] = set()
+        for entry in os.scandir(self.dir):
+            name = entry.name
+            if name.endswith(_LEFTOVER_SUFFIXES):
+                os.unlink(entry.path)  # debris of an interrupted delete or swap
+                continue
+            m = _SEGMENT_NAME.match(name)
+            if m is not None and m.group(2) == "log":
+                bases.add(int(m.group(1)))
+        for entry in os.scandir(self.dir):
+            m = _SEGMENT_NAME.match(entry.name)
+            if m is not None and m.group(2) != "log" and int(m.group(1)) not in bases:
+                os.unlink(entry.path)  # an index without its log
+        segments: list[LogSegment] = []
+        for base in sorted(bases):
+            segments.append(self._open_segment(base, now_ms))
+        if not clean_shutdown and segments:
+            segments = recover_segments(segments, recovery_point)
+        if not segments:
+            segments = [
+                LogSegment(self.dir, log_start_offset, self._index_interval(), now_ms=now_ms)
+            ]
+        self.segments = segments
+        self._bases = [s.base_offset for s in segments]
+        active = segments[-1]
+        try:
+            next_offset, end = active.scan_tail()
+            if end != active.size:
+                raise CorruptRecordError(f"torn tail at position {end} of {active.log_path}")
+        except CorruptRecordError as e:
+            # the tail of a log that should be whole is damaged anyway: recover that segment
+            logger.warning("recovering the active segment of %s: %s", self.dir, e)
+            recover_segment(active)
+            next_offset = active.read_next_offset()
+        self._next_offset = next_offset
+        self.log_start_offset = min(
+            max(log_start_offset, segments[0].base_offset), self._next_offset
+        )
+        if clean_shutdown:
+            self.recovery_point = self._next_offset
+        else:
+            self.recovery_point = max(min(recovery_point, self._next_offset), self.log_start_offset)
+
+    def _index_interval(self) -> int:
+        return self.config.index_interval_bytes
+
+    def _open_segment(self, base: int, now_ms: int | None) -> LogSegment:
+        """Open a segment; indexes that are missing or fail the sanity check are rebuilt."""
+        index_missing = (
+            not (self.dir / f"{base:020d}{INDEX_FILE_SUFFIX}").exists()
+            or not (self.dir / f"{base:020d}{TIME_INDEX_FILE_SUFFIX}").exists()
+        )
+        try:
+            seg = LogSegment(self.dir, base, self._index_interval(), now_ms=now_ms)
+            seg.offset_index.sanity_check(seg.size)
+            seg.time_index.sanity_check()
+        except IndexCorruptError as e:
+            logger.warning("rebuilding indexes of segment %d in %s: %s", base, self.dir, e)
+            for suffix in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):
+                (self.dir / f"{base:020d}{suffix}").unlink(missing_ok=True)
+            seg = LogSegment(self.dir, base, self._index_interval(), now_ms=now_ms)
+            index_missing = True
+        if index_missing and seg.size > 0:
+            recover_segment(seg)
+        return seg
+
+    # -- state ----------------------------------------------------------------------------------
+    @property
+    def log_end_offset(self) -> int:
+        """The next offset to be assigned (Kafka's LEO)."""
+        return self._next_offset
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    @property
+    def num_segments(self) -> int:
+        return len(self.segments)
+
+    @property
+    def unflushed_messages(self) -> int:
+        """Offsets appended but not yet fsynced (Kafka's unflushedMessages)."""
+        return self._next_offset - self.recovery_point
+
+    def flush_due(self, now_ms: int) -> bool:
+        """Whether ``log.flush.interval.messages`` or ``log.flush.interval.ms`` says flush."""
+        unflushed = self.unflushed_messages
+        if unflushed <= 0:
+            return False
+        if unflushed >= self.config.flush_interval_messages:
+            return True
+        return now_ms - self.last_flush_ms >= self.config.flush_interval_ms
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.topic}-{self.partition}, start={self.log_start_offset}, "
+            f"end={self._next_offset}, segments={len(self.segments)})"
+        )
+
+    # -- append ---------------------------------------------------------------------------------
+    def append(
+        self, records: bytearray | memoryview | bytes, now_ms: int, *, leader_epoch: int = 0
+    ) -> AppendInfo:
+        """Validate a produce request's records, assign offsets in place, write them.
+
+        Raises the ``protocol.record_batch`` errors (each with Kafka's ``error_code``) before
+        touching the log. ``leader_epoch`` is stamped into each batch as a Kafka leader does.
+        """
+        config = self.config
+        if isinstance(records, bytes) or (isinstance(records, memoryview) and records.readonly):
+            records = bytearray(records)  # offsets are written in place: needs a copy
+        info = validate_produce_records(records, config.max_message_bytes)
+        if info.size_in_bytes > config.segment_bytes:
+            raise RecordBatchTooLargeError(
+                f"message batch size is {info.size_in_bytes} bytes which exceeds the maximum "
+                f"configured segment size of {config.segment_bytes}"
+            )
+        first_offset = self._next_offset
+        log_append_time = now_ms if config.message_timestamp_type == LOG_APPEND_TIME else None
+        last_offset = assign_offsets(
+            records, first_offset, log_append_time, partition_leader_epoch=leader_epoch, info=info
+        )
+        if log_append_time is not None:
+            max_timestamp = log_append_time
+            offset_of_max_timestamp = last_offset
+        else:
+            max_timestamp = info.max_timestamp
+            offset_of_max_timestamp = first_offset + info.offset_delta_of_max_timestamp
+        segment = self._maybe_roll(info.size_in_bytes, max_timestamp, last_offset, now_ms)
+        segment.append(last_offset, max_timestamp, offset_of_max_timestamp, records)
+        self._next_offset = last_offset + 1
+        return AppendInfo(
+            first_offset=first_offset,
+            last_offset=last_offset,
+            log_append_time=-1 if log_append_time is None else log_append_time,
+            max_timestamp=max_timestamp,
+            num_records=info.num_records,
+            size=info.size_in_bytes,
+            offset_of_max_timestamp=offset_of_max_timestamp,
+        )
+
+    def _maybe_roll(
+        self, messages_size: int, max_timestamp: int, max_offset: int, now_ms: int
+    ) -> LogSegment:
+        segment = self.segments[-1]
+        if segment.should_roll(
+            messages_size,
+            max_timestamp,
+            max_offset,
+            now_ms,
+            self.config.segment_bytes,
+            self.config.roll_ms,
+        ):
+            return self.roll(now_ms)
+        return segment
+
+    def roll(self, now_ms: int | None = None) -> LogSegment:
+        """Start a new active segment at the log end offset (no-op if the active one is empty).
+
+        Unlike Kafka, the rolled segment is not flushed here; the flush policy covers it.
+        """
+        active = self.segments[-1]
+        if active.size == 0:
+            return active
+        new_base = self._next_offset
+        active.on_become_inactive()
+        segment = LogSegment(self.dir, new_base, self._index_interval(), now_ms=now_ms)
+        with self._lock:
+            self.segments.append(segment)
+            self._bases.append(new_base)
+        logger.info("rolled %s-%d: new segment at offset %d", self.topic, self.partition, new_base)
+        return segment
+
+    # -- read -----------------------------------------------------------------------------------
+    def read(
+        self,
+        fetch_offset: int,
+        max_bytes: int,
+        max_offset: int | None = None,
+        min_one_batch: bool = False,
+    ) -> bytes | memoryview:
+        """Whole batches from the one holding ``fetch_offset`` (Kafka's LocalLog.read).
+
+        ``max_offset`` is an exclusive bound (the high watermark); ``max_bytes`` caps the
+        result except that ``min_one_batch`` returns the first batch whole (KIP-74). Data
+        comes from a single segment, like Kafka. Raises OffsetOutOfRangeError outside
+        [log_start_offset, log_end_offset].
+        """
+        end = self._next_offset
+        if fetch_offset < self.log_start_offset or fetch_offset > end:
+            raise OffsetOutOfRangeError(
+                f"offset {fetch_offset} is out of range for {self.topic}-{self.partition}: "
+                f"[{self.log_start_offset}, {end}]"
+            )
+        if fetch_offset == end:
+            return b""
+        if max_offset is not None:
+            if fetch_offset >= max_offset:
+                return b""
+            if max_offset >= end:
+                max_offset = None
+        segments = self.segments
+        i = max(bisect_right(self._bases, fetch_offset) - 1, 0)
+        while i < len(segments):
+            data = segments[i].read(fetch_offset, max_bytes, max_offset, min_one_batch)
+            if data is not None:
+                return data
+            i += 1
+        return b""
+
+    # -- ListOffsets ------------------------------------------------------------------------------
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record with timestamp >= ``timestamp``.
+
+        Kafka's searchOffsetInLocalLog: the first segment whose largest timestamp reaches the
+        target, then its time index, then headers, then the records of one batch.
+        """
+        for segment in list(self.segments):
+            if segment.largest_timestamp() >= timestamp:
+                found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                if found is not None:
+                    return found
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int]:
+        """``(offset, timestamp)`` of the record with the largest timestamp (ListOffsets -3).
+
+        ``(-1, -1)`` for a log without timestamps (empty), as Kafka's response carries then.
+        """
+        best: LogSegment | None = None
+        for segment in self.segments:
+            if best is None or segment.max_timestamp_so_far > best.max_timestamp_so_far:
+                best = segment
+        if best is None or best.max_timestamp_so_far < 0:
+            return -1, -1
+        found = best.find_max_timestamp_offset()
+        return found if found is not None else (-1, -1)
+
+    # -- retention --------------------------------------------------------------------------------
+    def delete_old_segments(self, now_ms: int, high_watermark: int | None = None) -> int:
+        """Apply retention.bytes then retention.ms, deleting whole segments; returns count.
+
+        Kafka's rules: only a prefix of segments goes, never past ``high_watermark``
+        (default: the log end offset); an expired non-empty active segment is deleted too,
+        after rolling a fresh empty one, and the log start offset moves to the first
+        remaining segment.
+        """
+        hw = self._next_offset if high_watermark is None else high_watermark
+        deleted = 0
+        retention_bytes = self.config.retention_bytes
+        if retention_bytes >= 0:
+            size = self.size_in_bytes
+            if size >= retention_bytes:
+                diff = size - retention_bytes
+
+                def breached_size(seg: LogSegment) -> bool:
+                    nonlocal diff
+                    if diff - seg.size >= 0:
+                        diff -= seg.size
+                        return True
+                    return False
+
+                deleted += self._delete_prefix(breached_size, hw, now_ms, "retention.bytes")
+        retention_ms = self.config.retention_ms
+        if retention_ms >= 0:
+
+            def breached_time(seg: LogSegment) -> bool:
+                return now_ms - seg.largest_timestamp() > retention_ms
+
+            deleted += self._delete_prefix(breached_time, hw, now_ms, "retention.ms")
+        return deleted
+
+    def _delete_prefix(
+        self, predicate: Callable[[LogSegment], bool], hw: int, now_ms: int, reason: str
+    ) -> int:
+        segments = list(self.segments)
+        deletable: list[LogSegment] = []
+        for i, seg in enumerate(segments):
+            is_last = i == len(segments) - 1
+            upper_bound = self._next_offset if is_last else segments[i + 1].base_offset
+            if is_last and seg.size == 0:
+                break
+            if not (hw >= upper_bound and predicate(seg)):
+                break
+            deletable.append(seg)
+        if not deletable:
+            return 0
+        if len(deletable) == len(self.segments):
+            self.roll(now_ms)
+        new_start = self.segments[len(deletable)].base_offset
+        with self._lock:
+            self.log_start_offset = max(self.log_start_offset, new_start)
+            if self.recovery_point < self.log_start_offset:
+                self.recovery_point = self.log_start_offset
+            del self.segments[: len(deletable)]
+            del self._bases[: len(deletable)]
+            for seg in deletable:
+                seg.delete()
+        for seg in deletable:
+            logger.info(
+                "deleted segment %d of %s-%d (%s); log start offset now %d",
+                seg.base_offset,
+                self.topic,
+                self.partition,
+                reason,
+                self.log_start_offset,
+            )
+        return len(deletable)
+
+    # -- durability ---------------------------------------------------------------------
+    def flush(self) -> None:
+        """fsync everything appended so far and advance ``recovery_point`` to it.
+
+        Safe to call from a worker thread while the event loop appends: the end offset is
+        read first, then the segments from the recovery point on are snapshotted and their
+        fds duplicated under ``_lock``; the fsyncs run without holding it.
+        """
+        with self._flush_lock:
+            target = self._next_offset
+            if target <= self.recovery_point:
+                return
+            fds: list[int] = []
+            with self._lock:
+                if self._closed:
+                    return
+                start = max(bisect_right(self._bases, self.recovery_point) - 1, 0)
+                for seg in self.segments[start:]:
+                    if not seg.closed:
+                        fds.extend(seg.dup_fds())
+            try:
+                for fd in fds:
+                    os.fsync(fd)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            with self._lock:
+                if target > self.recovery_point:
+                    self.recovery_point = target
+                self.last_flush_ms = _now_ms()
+
+    def close(self) -> None:
+        """Flush and close every segment (Kafka's close fsyncs too)."""
+        if self._closed:
+            return
+        self.flush()
+        with self._lock:
+            for seg in self.segments:
+                seg.close()
+            self._closed = True
+
+    def delete(self) -> None:
+        """Close without flushing and remove the whole partition directory."""
+        with self._lock:
+            for seg in self.segments:
+                seg.close_quietly()
+            self._closed = True
+            self.segments = []
+            self._bases = []
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply new settings (IncrementalAlterConfigs); they take effect on the next append."""
+        self.config = config
+        for seg in self.segments:
+            seg.index_interval_bytes = config.index_interval_bytes

@@ -1,0 +1,313 @@
+"""LogManager: every partition log under ``log.dirs``, their checkpoints and background work.
+
+Per log dir, as Kafka lays it out:
+
+* ``<topic>-<partition>/``: one Log each.
+* ``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint``: text files,
+  a version line (``0``), a count line, then ``topic partition offset`` lines; written to a
+  temp file, fsynced and renamed over the old one.
+* ``.kafka_cleanshutdown``: written last by ``shutdown()``. On ``load()`` its presence means
+  every log was flushed and closed, so recovery is skipped; it is deleted once loaded. Absent,
+  each log is recovered from its checkpointed recovery point.
+* ``.lock``: an exclusive flock held while the manager is open, so two brokers can not share
+  a directory.
+
+Background work is offered both ways: plain methods (``flush_dirty_logs``,
+``cleanup_logs``, ``checkpoint``) the broker may schedule itself, and two asyncio loops
+(``run_flusher``, ``run_retention``) that call them, fsyncing in the default executor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from broker.log.log import Log, LogConfig, parse_topic_partition_dir
+
+__all__ = [
+    "LogManager",
+    "TopicPartition",
+    "CLEAN_SHUTDOWN_FILE",
+    "RECOVERY_POINT_CHECKPOINT_FILE",
+    "LOG_START_OFFSET_CHECKPOINT_FILE",
+    "read_offset_checkpoint",
+    "write_offset_checkpoint",
+]
+
+logger = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT_FILE = "log-start-offset-checkpoint"
+LOCK_FILE = ".lock"
+_CHECKPOINT_VERSION = 0
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def read_offset_checkpoint(path: Path) -> dict[TopicPartition, int]:
+    """Parse Kafka's offset checkpoint text format; a missing file reads as empty."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    lines = text.splitlines()
+    if len(lines) < 2:
+        raise ValueError(f"malformed checkpoint {path}: too short")
+    version = int(lines[0].strip())
+    if version != _CHECKPOINT_VERSION:
+        raise ValueError(f"unrecognised version {version} in checkpoint {path}")
+    expected = int(lines[1].strip())
+    out: dict[TopicPartition, int] = {}
+    for line in lines[2:]:
+        if not line.strip():
+            continue
+        parts = line.split()
+        if len(parts) != 3:
+            raise ValueError(f"malformed line {line!r} in checkpoint {path}")
+        out[(parts[0], int(parts[1]))] = int(parts[2])
+    if len(out) != expected:
+        raise ValueError(f"checkpoint {path} announces {expected} entries, holds {len(out)}")
+    return out
+
+
+def write_offset_checkpoint(path: Path, offsets: dict[TopicPartition, int]) -> None:
+    """Write atomically: temp file, fsync, rename, fsync the directory."""
+    lines = [str(_CHECKPOINT_VERSION), str(len(offsets))]
+    lines += [f"{t} {p} {o}" for (t, p), o in sorted(offsets.items())]
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, ("\n".join(lines) + "\n").encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LogManager:
+    """Owns the Logs of this broker. Methods run on the event loop unless said otherwise."""
+
+    def __init__(
+        self,
+        log_dirs: list[Path],
+        default_config: LogConfig,
+        *,
+        config_for: Callable[[str], LogConfig] | None = None,
+    ) -> None:
+        """``config_for(topic)`` gives a topic's config at load time (default: the default)."""
+        if not log_dirs:
+            raise ValueError("at least one log dir is required")
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self.default_config = default_config
+        self._config_for = config_for
+        self.logs: dict[TopicPartition, Log] = {}
+        self._dir_of: dict[TopicPartition, Path] = {}
+        self._lock_fds: list[int] = []
+        self._flushing: dict[TopicPartition, asyncio.Future[None]] = {}
+
+    # -- startup -------------------------------------------------------------------------------
+    def load(self) -> dict[TopicPartition, Log]:
+        """Lock each dir, open every ``topic-N`` log (recovering unless shut down cleanly)."""
+        for log_dir in self.log_dirs:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            self._lock_dir(log_dir)
+            marker = log_dir / CLEAN_SHUTDOWN_FILE
+            clean = marker.exists()
+            recovery_points = read_offset_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT_FILE)
+            start_offsets = read_offset_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT_FILE)
+            for entry in sorted(os.scandir(log_dir), key=lambda e: e.name):
+                if not entry.is_dir():
+                    continue
+                tp = parse_topic_partition_dir(entry.name)
+                if tp is None or entry.name.endswith(("-delete", "-future", "-stray")):
+                    continue
+                if tp in self.logs:
+                    raise RuntimeError(
+                        f"duplicate log directories for {tp[0]}-{tp[1]}: "
+                        f"{self._dir_of[tp]} and {log_dir}"
+                    )
+                config = self._config_for(tp[0]) if self._config_for else self.default_config
+                log = Log.load(
+                    Path(entry.path),
+                    config,
+                    tp[0],
+                    tp[1],
+                    clean,
+                    recovery_point=recovery_points.get(tp, 0),
+                    log_start_offset=start_offsets.get(tp, 0),
+                )
+                self.logs[tp] = log
+                self._dir_of[tp] = log_dir
+            logger.info(
+                "loaded %d logs from %s (%s shutdown)",
+                sum(1 for d in self._dir_of.values() if d == log_dir),
+                log_dir,
+                "clean" if clean else "unclean",
+            )
+            if clean:
+                marker.unlink()
+        return dict(self.logs)
+
+    def _lock_dir(self, log_dir: Path) -> None:
+        fd = os.open(log_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise RuntimeError(f"log dir {log_dir} is locked by another process") from None
+        self._lock_fds.append(fd)
+
+    # -- logs ------------------------------------------------------------------------------------
+    def get_log(self, tp: TopicPartition) -> Log | None:
+        return self.logs.get(tp)
+
+    def create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
+        """Create (or return the existing) log, in the log dir holding the fewest logs."""
+        tp = (topic, partition)
+        existing = self.logs.get(tp)
+        if existing is not None:
+            return existing
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self._dir_of.values():
+            counts[d] += 1
+        log_dir = min(self.log_dirs, key=lambda d: counts[d])
+        log = Log(log_dir / f"{topic}-{partition}", config or self.default_config, topic, partition)
+        self.logs[tp] = log
+        self._dir_of[tp] = log_dir
+        return log
+
+    def delete_log(self, tp: TopicPartition) -> None:
+        """Close and remove a partition's directory; unknown partitions are ignored."""
+        log = self.logs.pop(tp, None)
+        self._dir_of.pop(tp, None)
+        if log is not None:
+            log.delete()
+
+    # -- flush and checkpoints (blocking: call from a worker thread, or at shutdown) ------------
+    def flush_all(self) -> None:
+        """fsync every log, then checkpoint the recovery points. Blocking."""
+        for log in list(self.logs.values()):
+            if not log.closed:
+                log.flush()
+        self.checkpoint()
+
+    def checkpoint(self) -> None:
+        """Write both offset checkpoints for every log dir. Blocking (fsyncs)."""
+        for log_dir in self.log_dirs:
+            recovery: dict[TopicPartition, int] = {}
+            starts: dict[TopicPartition, int] = {}
+            for tp, d in list(self._dir_of.items()):
+                if d != log_dir:
+                    continue
+                log = self.logs.get(tp)
+                if log is None:
+                    continue
+                recovery[tp] = log.recovery_point
+                starts[tp] = log.log_start_offset
+            write_offset_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT_FILE, recovery)
+            write_offset_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT_FILE, starts)
+
+    def shutdown(self) -> None:
+        """Flush and close every log, checkpoint, then write the clean-shutdown markers."""
+        for log in list(self.logs.values()):
+            log.close()
+        self.checkpoint()
+        for log_dir in self.log_dirs:
+            marker = log_dir / CLEAN_SHUTDOWN_FILE
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            _fsync_dir(log_dir)
+        for fd in self._lock_fds:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+        self._lock_fds = []
+
+    # -- periodic work -----------------------------------------------------------------------------
+    def logs_due_for_flush(self, now_ms: int) -> list[Log]:
+        """Logs whose ``log.flush.interval.messages`` / ``.ms`` has been reached."""
+        return [log for log in self.logs.values() if not log.closed and log.flush_due(now_ms)]
+
+    async def flush_log(self, log: Log, up_to: int | None = None) -> None:
+        """fsync ``log`` in the default executor until offsets below ``up_to`` (default: the
+        current log end offset) are durable. Callers share one flush in flight per log; a
+        caller whose offsets arrived after that flush began waits for the next one."""
+        tp = (log.topic, log.partition)
+        target = log.log_end_offset if up_to is None else up_to
+        loop = asyncio.get_running_loop()
+        while log.recovery_point < target and not log.closed:
+            fut = self._flushing.get(tp)
+            if fut is None:
+                fut = loop.run_in_executor(None, log.flush)
+                self._flushing[tp] = fut
+                fut.add_done_callback(lambda f, tp=tp: self._forget_flush(tp, f))
+            await asyncio.shield(fut)
+
+    def _forget_flush(self, tp: TopicPartition, fut: asyncio.Future[None]) -> None:
+        if self._flushing.get(tp) is fut:
+            del self._flushing[tp]
+
+    async def flush_dirty_logs(self, now_ms: int | None = None) -> int:
+        """Flush every log that is due, off the event loop; checkpoint if any was. Returns
+        how many were flushed (Kafka's LogManager.flushDirtyLogs)."""
+        due = self.logs_due_for_flush(_now_ms() if now_ms is None else now_ms)
+        if not due:
+            return 0
+        await asyncio.gather(*(self.flush_log(log) for log in due))
+        await asyncio.get_running_loop().run_in_executor(None, self.checkpoint)
+        return len(due)
+
+    def cleanup_logs(self, now_ms: int | None = None) -> int:
+        """Apply retention to every log on the event loop; returns segments deleted."""
+        now = _now_ms() if now_ms is None else now_ms
+        total = 0
+        for log in list(self.logs.values()):
+            if not log.closed:
+                total += log.delete_old_segments(now)
+        return total
+
+    async def run_flusher(self, check_interval_ms: int = 1000) -> None:
+        """Loop forever: every ``check_interval_ms`` flush the logs that are due.
+
+        Kafka checks every ``log.flush.scheduler.interval.ms``; cancel the task to stop.
+        """
+        while True:
+            await asyncio.sleep(check_interval_ms / 1000)
+            try:
+                await self.flush_dirty_logs()
+            except Exception:  # keep the loop alive; the error is logged
+                logger.exception("log flusher failed")
+
+    async def run_retention(self, interval_ms: int = 300_000) -> None:
+        """Loop forever: every ``log.retention.check.interval.ms`` apply retention."""
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                deleted = self.cleanup_logs()
+                if deleted:
+                    await asyncio.get_running_loop().run_in_executor(None, self.checkpoint)
+            except Exception:
+                logger.exception("log retention failed")

@@ -1,0 +1,484 @@
+"""LogSegment: one ``.log`` file of concatenated v2 batches plus its two sparse indexes.
+
+Files are named by the segment's base offset, 20 digits zero-padded (Kafka's names):
+``00000000000000000000.log``, ``.index``, ``.timeindex``. The ``.log`` file holds batches
+exactly as validated and offset-stamped on append, so its bytes are what Kafka writes.
+
+All I/O is positional (``os.pread`` / ``os.pwrite`` on one fd): readers on the event loop and
+an fsync in a flusher thread never share a file position. Only batch headers are ever parsed
+on the append and read paths; records are decoded only for ListOffsets by timestamp.
+
+Not thread-safe except ``dup_fds`` / ``flush``; the owning Log serialises everything else on
+the event loop.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from broker.log.index import OffsetIndex, TimeIndex
+from protocol.record_batch import (
+    HEADER_SIZE_UP_TO_MAGIC,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAGIC_V2,
+    MIN_BATCH_LENGTH,
+    NO_TIMESTAMP,
+    RECORD_BATCH_OVERHEAD,
+    BatchHeader,
+    CorruptRecordError,
+)
+
+__all__ = [
+    "LogSegment",
+    "LOG_FILE_SUFFIX",
+    "INDEX_FILE_SUFFIX",
+    "TIME_INDEX_FILE_SUFFIX",
+    "segment_file_name",
+    "HEADER_SCAN_CHUNK",
+]
+
+LOG_FILE_SUFFIX = ".log"
+INDEX_FILE_SUFFIX = ".index"
+TIME_INDEX_FILE_SUFFIX = ".timeindex"
+
+#: bytes read at once while walking headers (a few index intervals).
+HEADER_SCAN_CHUNK = 16 * 1024
+
+_INT32 = struct.Struct(">i")
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    """Kafka's file name: base offset as 20 zero-padded digits plus the suffix."""
+    return f"{base_offset:020d}{suffix}"
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class LogSegment:
+    """A segment: append batches, find a batch by offset or timestamp, recover, roll.
+
+    ``max_timestamp_so_far`` / ``offset_of_max_timestamp_so_far`` mirror Kafka's
+    maxTimestampAndOffsetSoFar (the offset is the last offset of the batch holding the max
+    timestamp); ``rolling_based_timestamp`` is the max timestamp of the first batch, which
+    time-based rolling measures from.
+    """
+
+    def __init__(
+        self,
+        dir: Path,
+        base_offset: int,
+        index_interval_bytes: int,
+        *,
+        now_ms: int | None = None,
+    ) -> None:
+        self.dir = dir
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.log_path = dir / segment_file_name(base_offset, LOG_FILE_SUFFIX)
+        self.index_path = dir / segment_file_name(base_offset, INDEX_FILE_SUFFIX)
+        self.time_index_path = dir / segment_file_name(base_offset, TIME_INDEX_FILE_SUFFIX)
+        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self._size = os.fstat(self._fd).st_size
+        try:
+            self.offset_index = OffsetIndex(self.index_path, base_offset)
+            self.time_index = TimeIndex(self.time_index_path, base_offset)
+        except Exception:
+            os.close(self._fd)
+            raise
+        self._bytes_since_last_index_entry = 0
+        self.created_ms = _now_ms() if now_ms is None else now_ms
+        self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = (
+            self.time_index.last_entry()
+        )
+        self.rolling_based_timestamp: int | None = None
+        if self._size >= RECORD_BATCH_OVERHEAD:
+            first = BatchHeader(self._pread(RECORD_BATCH_OVERHEAD, 0))
+            if first.magic == MAGIC_V2:
+                self.rolling_based_timestamp = first.max_timestamp
+
+    # -- plain accessors -------------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        """Bytes in the ``.log`` file (Kafka's segment.size)."""
+        return self._size
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
+    def largest_timestamp(self) -> int:
+        """Max timestamp so far, else the file's mtime: what time-based retention compares."""
+        if self.max_timestamp_so_far >= 0:
+            return self.max_timestamp_so_far
+        return int(os.stat(self.log_path).st_mtime * 1000)
+
+    def __repr__(self) -> str:
+        return (
+            f"LogSegment(base_offset={self.base_offset}, size={self._size}, "
+            f"max_timestamp={self.max_timestamp_so_far})"
+        )
+
+    # -- I/O helpers ----------------------------------------------------------------------------
+    def _pread(self, n: int, pos: int) -> bytes:
+        return os.pread(self._fd, n, pos)
+
+    def read_bytes(self, position: int, size: int) -> bytes:
+        """Raw bytes of the ``.log`` file (tests and recovery)."""
+        return self._pread(size, position)
+
+    def iter_batches(
+        self, start: int = 0, end: int | None = None, *, whole: bool = False, chunk: int = 0
+    ) -> Iterator[tuple[int, BatchHeader]]:
+        """Walk batches from ``start`` (a batch boundary) to ``end``: ``(position, header)``.
+
+        With ``whole=False`` only headers are guaranteed to be in the header's buffer (cheap:
+        reads ``chunk`` bytes at a time); with ``whole=True`` the entire batch is, so its CRC
+        can be checked. Stops quietly at a batch running past ``end`` (a torn tail); raises
+        CorruptRecordError for a length or magic no v2 batch can have. A header is only valid
+        until the next iteration.
+        """
+        limit = self._size if end is None else end
+        chunk = chunk or (1 << 20 if whole else HEADER_SCAN_CHUNK)
+        pos = start
+        buf = b""
+        buf_pos = start
+        while limit - pos >= LOG_OVERHEAD:
+            rel = pos - buf_pos
+            if rel + RECORD_BATCH_OVERHEAD > len(buf):
+                buf = self._pread(min(chunk, limit - pos), pos)
+                buf_pos = pos
+                rel = 0
+            avail = len(buf) - rel
+            if avail < LOG_OVERHEAD:
+                return  # the file is shorter than ``end`` (truncated under us)
+            length = _INT32.unpack_from(buf, rel + LENGTH_OFFSET)[0]
+            if length < MIN_BATCH_LENGTH:
+                raise CorruptRecordError(
+                    f"batch at position {pos} of {self.log_path} declares length {length}"
+                )
+            if avail >= HEADER_SIZE_UP_TO_MAGIC and buf[rel + MAGIC_OFFSET] != MAGIC_V2:
+                raise CorruptRecordError(
+                    f"batch at position {pos} of {self.log_path} has magic "
+                    f"{buf[rel + MAGIC_OFFSET]}"
+                )
+            size = length + LOG_OVERHEAD
+            if pos + size > limit:
+                return
+            if avail < RECORD_BATCH_OVERHEAD:
+                return
+            if whole and rel + size > len(buf):
+                if size > chunk:
+                    big = self._pread(size, pos)
+                    if len(big) < size:
+                        return
+                    yield pos, BatchHeader(big, 0)
+                    pos += size
+                    continue
+                buf = self._pread(min(chunk, limit - pos), pos)
+                buf_pos = pos
+                rel = 0
+                if len(buf) < size:
+                    return
+            yield pos, BatchHeader(buf, rel)
+            pos += size
+
+    # -- append ---------------------------------------------------------------------------------
+    def can_append_offset(self, offset: int) -> bool:
+        """Whether ``offset`` fits the indexes' int32 relative offsets (else roll first)."""
+        return self.offset_index.can_append_offset(offset)
+
+    def append(
+        self,
+        largest_offset: int,
+        largest_timestamp: int,
+        offset_of_max_timestamp: int,
+        records: bytes | bytearray | memoryview,
+    ) -> None:
+        """Write validated, offset-stamped batches at the end; add index entries if due.
+
+        Buffered write only: durability comes from ``flush``. If the write fails part way,
+        the file is cut back so it never ends in a partial batch we wrote.
+        """
+        n = len(records)
+        if n == 0:
+            return
+        if not self.can_append_offset(largest_offset):
+            raise ValueError(
+                f"offset {largest_offset} overflows segment with base offset {self.base_offset}"
+            )
+        physical_position = self._size
+        view = memoryview(records)
+        written = 0
+        try:
+            while written < n:
+                written += os.pwrite(self._fd, view[written:], physical_position + written)
+        except OSError:
+            os.ftruncate(self._fd, physical_position)
+            raise
+        if physical_position == 0:
+            self.rolling_based_timestamp = largest_timestamp
+        self._size = physical_position + n
+        if largest_timestamp > self.max_timestamp_so_far:
+            self.max_timestamp_so_far = largest_timestamp
+            self.offset_of_max_timestamp_so_far = offset_of_max_timestamp
+        if self._bytes_since_last_index_entry > self.index_interval_bytes:
+            self.offset_index.append(largest_offset, physical_position)
+            self.time_index.maybe_append(
+                self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far
+            )
+            self._bytes_since_last_index_entry = 0
+        self._bytes_since_last_index_entry += n
+
+    # -- lookups --------------------------------------------------------------------------------
+    def translate_offset(
+        self, offset: int, starting_position: int = 0
+    ) -> tuple[int, int, int] | None:
+        """``(position, size, last_offset)`` of the first batch whose last offset >= offset.
+
+        The offset index gives a start position; only headers are scanned from there
+        (Kafka's translateOffset / searchForOffsetWithSize). None past the segment's end.
+        """
+        position = max(self.offset_index.lookup(offset)[1], starting_position)
+        for pos, header in self.iter_batches(position):
+            last = header.last_offset
+            if last >= offset:
+                return pos, header.size_in_bytes, last
+        return None
+
+    def read(
+        self,
+        start_offset: int,
+        max_size: int,
+        max_offset: int | None = None,
+        min_one_batch: bool = False,
+    ) -> bytes | memoryview | None:
+        """Whole batches from the one holding ``start_offset``; None if past this segment.
+
+        Stops before the first batch whose last offset reaches ``max_offset`` (exclusive
+        bound) and within ``max_size`` bytes, except that ``min_one_batch`` returns the first
+        batch whole whatever its size (KIP-74).
+        """
+        if max_size < 0:
+            raise ValueError(f"invalid max size {max_size}")
+        found = self.translate_offset(start_offset)
+        if found is None:
+            return None
+        position, first_size, first_last = found
+        if max_offset is not None and first_last >= max_offset:
+            return b""
+        budget = max(max_size, first_size) if min_one_batch else max_size
+        if budget < first_size:
+            return b""
+        segment_size = self._size
+        end = min(segment_size, position + budget)
+        data = self._pread(end - position, position)
+        if end == segment_size and max_offset is None and len(data) == end - position:
+            return data  # the segment ends on a batch boundary: nothing to cut
+        return _cut_to_whole_batches(data, max_offset)
+
+    def read_next_offset(self) -> int:
+        """Offset after the last batch: scan headers from the last index entry to the end."""
+        return self.scan_tail()[0]
+
+    def scan_tail(self) -> tuple[int, int]:
+        """``(next offset, end position of the last whole batch)``, from the last index entry.
+
+        An end position short of ``size`` means a torn tail.
+        """
+        start = self.offset_index.entry(-1)[1] if self.offset_index.entries else 0
+        next_offset = self.base_offset
+        end = start
+        for pos, header in self.iter_batches(start):
+            next_offset = header.next_offset
+            end = pos + header.size_in_bytes
+        return next_offset, end
+
+    def find_offset_by_timestamp(
+        self, timestamp: int, starting_offset: int
+    ) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record with timestamp >= target, at or after
+        ``starting_offset``: ListOffsets by timestamp (Kafka's findOffsetByTimestamp).
+
+        The time index narrows the scan to batches whose max timestamp could qualify; only
+        the one batch that does is decoded, to find the exact record.
+        """
+        _ts, index_offset = self.time_index.lookup_before(timestamp)
+        position = self.offset_index.lookup(max(index_offset, starting_offset))[1]
+        for pos, header in self.iter_batches(position):
+            if header.max_timestamp >= timestamp and header.last_offset >= starting_offset:
+                size = header.size_in_bytes
+                batch = self._pread(size, pos)
+                found = _first_record_at_or_after(batch, timestamp, starting_offset)
+                if found is not None:
+                    return found
+        return None
+
+    def find_max_timestamp_offset(self) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record carrying the segment's max timestamp."""
+        max_ts = self.max_timestamp_so_far
+        if max_ts < 0:
+            return None
+        position = self.offset_index.lookup(self.offset_of_max_timestamp_so_far)[1]
+        for pos, header in self.iter_batches(position):
+            if header.max_timestamp == max_ts:
+                batch = self._pread(header.size_in_bytes, pos)
+                found = _first_record_at_or_after(batch, max_ts, header.base_offset, exact=True)
+                if found is not None:
+                    return found
+                return header.base_offset, max_ts
+        return None
+
+    # -- rolling --------------------------------------------------------------------------------
+    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+        """Kafka's timeWaitedForRoll: by record timestamps when known, else wall clock."""
+        ts = self.rolling_based_timestamp
+        if ts is not None and ts >= 0:
+            return message_timestamp - ts
+        return now_ms - self.created_ms
+
+    def should_roll(
+        self,
+        messages_size: int,
+        max_timestamp_in_messages: int,
+        max_offset_in_messages: int,
+        now_ms: int,
+        segment_bytes: int,
+        roll_ms: int,
+    ) -> bool:
+        """Kafka's shouldRoll: full, old enough (and not empty), or offsets would overflow."""
+        size = self._size
+        reached_roll_ms = self.time_waited_for_roll(now_ms, max_timestamp_in_messages) > roll_ms
+        return (
+            size > segment_bytes - messages_size
+            or (size > 0 and reached_roll_ms)
+            or not self.can_append_offset(max_offset_in_messages)
+        )
+
+    def on_become_inactive(self) -> None:
+        """Record the segment's final max timestamp in the time index, as Kafka does on roll."""
+        self._append_final_time_index_entry()
+
+    def _append_final_time_index_entry(self) -> None:
+        if self.max_timestamp_so_far >= 0 and not self.time_index.closed:
+            self.time_index.maybe_append(
+                self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far
+            )
+
+    # -- recovery support -----------------------------------------------------------------------
+    def truncate_to_position(self, position: int) -> int:
+        """Cut the ``.log`` file at a batch boundary; returns bytes removed."""
+        removed = self._size - position
+        if removed > 0:
+            os.ftruncate(self._fd, position)
+            self._size = position
+            self.offset_index.truncate_to_position(position)
+        if self._size == 0:
+            self.rolling_based_timestamp = None
+        return max(removed, 0)
+
+    def reset_state_after_recovery(
+        self, max_timestamp: int, offset_of_max_timestamp: int, bytes_since_index: int
+    ) -> None:
+        self.max_timestamp_so_far = max_timestamp
+        self.offset_of_max_timestamp_so_far = offset_of_max_timestamp
+        self._bytes_since_last_index_entry = bytes_since_index
+        self.rolling_based_timestamp = None
+        if self._size >= RECORD_BATCH_OVERHEAD:
+            self.rolling_based_timestamp = BatchHeader(
+                self._pread(RECORD_BATCH_OVERHEAD, 0)
+            ).max_timestamp
+
+    # -- durability and lifecycle ---------------------------------------------------------------
+    def dup_fds(self) -> list[int]:
+        """Private duplicates of the three fds, for an fsync that may outlive close()."""
+        fds: list[int] = []
+        try:
+            fds.append(os.dup(self._fd))
+            fds.append(self.offset_index.dup_fd())
+            fds.append(self.time_index.dup_fd())
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            raise
+        return fds
+
+    def flush(self) -> None:
+        """fsync the log and both indexes (Kafka's LogSegment.flush)."""
+        os.fsync(self._fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        """Write the final time index entry and close the files (no fsync: see Log.close)."""
+        if self._fd < 0:
+            return
+        self._append_final_time_index_entry()
+        self.offset_index.close()
+        self.time_index.close()
+        os.close(self._fd)
+        self._fd = -1
+
+    def close_quietly(self) -> None:
+        """Close without touching the indexes' contents (used before deleting the files)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self.offset_index.close()
+        self.time_index.close()
+
+    def delete(self) -> None:
+        """Close and remove the segment's files."""
+        self.close_quietly()
+        for path in (self.log_path, self.index_path, self.time_index_path):
+            path.unlink(missing_ok=True)
+
+
+def _cut_to_whole_batches(data: bytes, max_offset: int | None) -> bytes | memoryview:
+    """The longest prefix of ``data`` made of whole batches whose last offset < max_offset."""
+    n = len(data)
+    p = 0
+    while n - p >= RECORD_BATCH_OVERHEAD:
+        size = _INT32.unpack_from(data, p + LENGTH_OFFSET)[0] + LOG_OVERHEAD
+        if size < RECORD_BATCH_OVERHEAD or p + size > n:
+            break
+        if max_offset is not None:
+            header = BatchHeader(data, p)
+            if header.last_offset >= max_offset:
+                break
+        p += size
+    if p == n:
+        return data
+    return memoryview(data)[:p]
+
+
+def _first_record_at_or_after(
+    batch: bytes, timestamp: int, starting_offset: int, *, exact: bool = False
+) -> tuple[int, int] | None:
+    """Decode one batch (decompressing if needed) to find a record by timestamp.
+
+    Only ListOffsets comes here. Uses kafka-python's reader; if the codec library is
+    missing, answers at batch granularity (first offset >= starting_offset, max timestamp).
+    """
+    header = BatchHeader(batch, 0)
+    try:
+        from kafka.record.default_records import DefaultRecordBatch
+
+        for record in DefaultRecordBatch(batch):
+            ts = record.timestamp
+            if record.offset < starting_offset:
+                continue
+            if (ts == timestamp) if exact else (ts >= timestamp):
+                return record.offset, ts
+        return None
+    except Exception:  # codec library missing or undecodable payload
+        if header.max_timestamp == NO_TIMESTAMP:
+            return None
+        return max(header.base_offset, starting_offset), header.max_timestamp
