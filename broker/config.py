@@ -68,6 +68,8 @@ KEYS: dict[str, Key] = {
         Key("log.flush.interval.messages", int, str(LONG_MAX),
             "fsync after this many unflushed messages.", min=1),
         Key("log.flush.interval.ms", int, str(LONG_MAX), "fsync data older than this.", min=0),
+        Key("log.flush.offset.checkpoint.interval.ms", int, "60000",
+            "How often recovery points are checkpointed (bounds recovery work).", min=1),
         Key("log.index.interval.bytes", int, "4096", "Bytes between offset index entries.", min=0),
         Key("log.message.timestamp.type", _choice("CreateTime", "LogAppendTime"), "CreateTime",
             "Default message.timestamp.type of topics."),

@@ -18,7 +18,7 @@ import structlog
 from broker.log.log import AppendInfo
 from broker.partition import Partition
 from protocol.errors import ErrorCode, KafkaError
-from protocol.record_batch import RecordBatchError
+from protocol.record_batch import check_produce_request_version
 from purgatory import Purgatory, Timer
 
 log = structlog.get_logger("broker.replica")
@@ -52,24 +52,27 @@ class ReplicaManager:
 
     # -- produce ----------------------------------------------------------------------------
     def append_records(
-        self, entries: Iterable[tuple[TopicPartition, bytes | None]]
+        self, entries: Iterable[tuple[TopicPartition, bytes | None]], api_version: int
     ) -> dict[TopicPartition, ProduceResult]:
         """Validate, assign offsets and append each partition's batches, in arrival order."""
         results: dict[TopicPartition, ProduceResult] = {}
         ts = now_ms()
         for tp, records in entries:
-            results[tp] = self._append_one(tp, records, ts)
+            results[tp] = self._append_one(tp, records, ts, api_version)
         return results
 
-    def _append_one(self, tp: TopicPartition, records: bytes | None, ts: int) -> ProduceResult:
+    def _append_one(
+        self, tp: TopicPartition, records: bytes | None, ts: int, api_version: int
+    ) -> ProduceResult:
         partition = self.partitions.get(tp)
         if partition is None:
             return ProduceResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         if not records:
             return ProduceResult(ErrorCode.INVALID_RECORD, message="no record batches")
         try:
+            check_produce_request_version(records, api_version)
             info, hw_moved = partition.append(bytearray(records), ts)
-        except (KafkaError, RecordBatchError) as exc:
+        except KafkaError as exc:
             code = ErrorCode(exc.error_code)
             log.warning("produce rejected", topic=tp[0], partition=tp[1], error=code.name,
                         reason=str(exc))

@@ -159,6 +159,7 @@ class Broker:
         )
         self.port = self.server.sockets[0].getsockname()[1]
         self._tasks.append(asyncio.create_task(self._retention_loop()))
+        self._tasks.append(asyncio.create_task(self._checkpoint_loop()))
         if self.config["log.flush.interval.ms"] < 2**63 - 1:
             self._tasks.append(asyncio.create_task(self.rm.run_time_flusher()))
         log.info("broker started", host=host, port=self.port, node_id=self.node_id,
@@ -179,12 +180,20 @@ class Broker:
             await asyncio.sleep(interval)
             self.apply_retention()
 
+    async def _checkpoint_loop(self) -> None:
+        """Kafka's recovery-point checkpoint: after a crash, recovery starts from here."""
+        interval = self.config["log.flush.offset.checkpoint.interval.ms"] / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            await loop.run_in_executor(None, self.log_manager.checkpoint)
+
     def apply_retention(self) -> None:
         from broker.replica_manager import now_ms
 
         ts = now_ms()
         for p in list(self.rm.partitions.values()):
-            deleted = p.log.delete_old_segments(ts)
+            deleted = p.log.delete_old_segments(ts, p.high_watermark)
             if deleted:
                 log.info("retention deleted segments", topic=p.topic, partition=p.index,
                          segments=deleted, log_start_offset=p.log_start_offset)

@@ -34,7 +34,7 @@ def handle(broker: Broker, request: Request):  # type: ignore[no-untyped-def]
     if req.acks not in (0, 1, -1):
         results = {tp: ProduceResult(ErrorCode.INVALID_REQUIRED_ACKS) for tp, _ in entries}
     else:
-        results = rm.append_records(entries)
+        results = rm.append_records(entries, request.version)
     if req.acks == 0:
         return None
 

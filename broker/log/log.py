@@ -13,7 +13,6 @@ Invariants:
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import shutil
@@ -23,6 +22,8 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+import structlog
 
 from broker.log.index import IndexCorruptError
 from broker.log.recovery import recover_segment, recover_segments
@@ -44,7 +45,7 @@ __all__ = [
     "parse_topic_partition_dir",
 ]
 
-logger = logging.getLogger(__name__)
+logger = structlog.get_logger("broker.log")
 
 LONG_MAX = 2**63 - 1
 CREATE_TIME = "CreateTime"
@@ -215,7 +216,9 @@ class Log:
                 raise CorruptRecordError(f"torn tail at position {end} of {active.log_path}")
         except CorruptRecordError as e:
             # the tail of a log that should be whole is damaged anyway: recover that segment
-            logger.warning("recovering the active segment of %s: %s", self.dir, e)
+            logger.warning(
+                "recovering the torn tail of the active segment", dir=str(self.dir), reason=str(e)
+            )
             recover_segment(active)
             next_offset = active.read_next_offset()
         self._next_offset = next_offset
@@ -241,7 +244,9 @@ class Log:
             seg.offset_index.sanity_check(seg.size)
             seg.time_index.sanity_check()
         except IndexCorruptError as e:
-            logger.warning("rebuilding indexes of segment %d in %s: %s", base, self.dir, e)
+            logger.warning(
+                "rebuilding segment indexes", dir=str(self.dir), base_offset=base, reason=str(e)
+            )
             for suffix in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):
                 (self.dir / f"{base:020d}{suffix}").unlink(missing_ok=True)
             seg = LogSegment(self.dir, base, self._index_interval(), now_ms=now_ms)
@@ -359,7 +364,9 @@ class Log:
         with self._lock:
             self.segments.append(segment)
             self._bases.append(new_base)
-        logger.info("rolled %s-%d: new segment at offset %d", self.topic, self.partition, new_base)
+        logger.info(
+            "rolled segment", topic=self.topic, partition=self.partition, base_offset=new_base
+        )
         return segment
 
     # -- read -----------------------------------------------------------------------------------
@@ -489,12 +496,12 @@ class Log:
                 seg.delete()
         for seg in deletable:
             logger.info(
-                "deleted segment %d of %s-%d (%s); log start offset now %d",
-                seg.base_offset,
-                self.topic,
-                self.partition,
-                reason,
-                self.log_start_offset,
+                "deleted segment",
+                topic=self.topic,
+                partition=self.partition,
+                base_offset=seg.base_offset,
+                reason=reason,
+                log_start_offset=self.log_start_offset,
             )
         return len(deletable)
 

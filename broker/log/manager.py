@@ -22,11 +22,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import logging
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import structlog
 
 from broker.log.log import Log, LogConfig, parse_topic_partition_dir
 
@@ -40,7 +41,7 @@ __all__ = [
     "write_offset_checkpoint",
 ]
 
-logger = logging.getLogger(__name__)
+logger = structlog.get_logger("broker.log.manager")
 
 TopicPartition = tuple[str, int]
 
@@ -133,6 +134,11 @@ class LogManager:
             self._lock_dir(log_dir)
             marker = log_dir / CLEAN_SHUTDOWN_FILE
             clean = marker.exists()
+            if not clean:
+                logger.info(
+                    "no clean shutdown marker: recovering logs from their recovery points",
+                    log_dir=str(log_dir),
+                )
             recovery_points = read_offset_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT_FILE)
             start_offsets = read_offset_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT_FILE)
             for entry in sorted(os.scandir(log_dir), key=lambda e: e.name):
@@ -159,10 +165,10 @@ class LogManager:
                 self.logs[tp] = log
                 self._dir_of[tp] = log_dir
             logger.info(
-                "loaded %d logs from %s (%s shutdown)",
-                sum(1 for d in self._dir_of.values() if d == log_dir),
-                log_dir,
-                "clean" if clean else "unclean",
+                "loaded logs",
+                log_dir=str(log_dir),
+                logs=sum(1 for d in self._dir_of.values() if d == log_dir),
+                clean_shutdown=clean,
             )
             if clean:
                 marker.unlink()

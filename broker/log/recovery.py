@@ -17,14 +17,14 @@ Segments below the recovery point were fsynced with their indexes and are truste
 
 from __future__ import annotations
 
-import logging
+import structlog
 
 from broker.log.segment import LogSegment
 from protocol.record_batch import NO_TIMESTAMP, CorruptRecordError
 
 __all__ = ["recover_segment", "recover_segments"]
 
-log = logging.getLogger(__name__)
+log = structlog.get_logger("broker.log.recovery")
 
 
 def recover_segment(segment: LogSegment) -> int:
@@ -73,11 +73,11 @@ def recover_segment(segment: LogSegment) -> int:
         reason = "torn batch at the end of the file"
     if truncated:
         log.warning(
-            "recovery truncated %d bytes at position %d of %s: %s",
-            truncated,
-            valid_bytes,
-            segment.log_path,
-            reason,
+            "recovery truncated segment",
+            segment=str(segment.log_path),
+            truncated_bytes=truncated,
+            position=valid_bytes,
+            reason=reason,
         )
     segment.reset_state_after_recovery(
         max_timestamp, offset_of_max_timestamp, valid_bytes - last_index_entry
@@ -98,11 +98,16 @@ def recover_segments(segments: list[LogSegment], recovery_point: int) -> list[Lo
     kept = segments[:start]
     for i in range(start, len(segments)):
         seg = segments[i]
+        log.info(
+            "recovering unflushed segment",
+            segment=str(seg.log_path),
+            recovery_point=recovery_point,
+        )
         truncated = recover_segment(seg)
         kept.append(seg)
         if truncated > 0:
             for dead in segments[i + 1 :]:
-                log.warning("deleting segment %s after a corrupt one", dead.log_path)
+                log.warning("deleting segment after a corrupt one", segment=str(dead.log_path))
                 dead.delete()
             break
     return kept
