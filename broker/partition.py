@@ -14,7 +14,7 @@ from broker.log.log import AppendInfo, Log
 class Partition:
     __slots__ = (
         "topic", "index", "log", "high_watermark", "leader_epoch", "hw_gated_by_flush",
-        "appended_bytes", "hw_bytes", "flush_pending", "flush_again", "last_flush_ms",
+        "appended_bytes", "hw_bytes", "flush_pending", "flush_again",
     )
 
     def __init__(self, topic: str, index: int, log: Log, hw_gated_by_flush: bool) -> None:
@@ -30,7 +30,6 @@ class Partition:
         self.hw_bytes = 0
         self.flush_pending = False
         self.flush_again = False
-        self.last_flush_ms = 0
 
     @property
     def key(self) -> tuple[str, int]:

@@ -105,7 +105,6 @@ class ReplicaManager:
                 partition.flush_again = False
                 end_offset, end_bytes = partition.log_end_offset, partition.appended_bytes
                 await loop.run_in_executor(self._flush_executor, partition.log.flush)
-                partition.last_flush_ms = now_ms()
                 if partition.hw_gated_by_flush and partition.advance_high_watermark(
                     end_offset, end_bytes
                 ):
@@ -124,8 +123,7 @@ class ReplicaManager:
             await asyncio.sleep(min(interval, 1000) / 1000)
             ts = now_ms()
             for p in list(self.partitions.values()):
-                due = ts - p.last_flush_ms >= p.log.config.flush_interval_ms
-                if due and p.log.unflushed_messages:
+                if p.log.flush_due(ts):
                     self.request_flush(p)
 
     async def flush_all(self) -> None:

@@ -12,18 +12,16 @@ Per log dir, as Kafka lays it out:
 * ``.lock``: an exclusive flock held while the manager is open, so two brokers can not share
   a directory.
 
-Background work is offered both ways: plain methods (``flush_dirty_logs``,
-``cleanup_logs``, ``checkpoint``) the broker may schedule itself, and two asyncio loops
-(``run_flusher``, ``run_retention``) that call them, fsyncing in the default executor.
+Flushing and retention are scheduled by the broker (the ReplicaManager's group-commit flusher
+moves high watermarks when an fsync completes); ``checkpoint`` is a blocking call it runs in an
+executor.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -50,10 +48,6 @@ RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT_FILE = "log-start-offset-checkpoint"
 LOCK_FILE = ".lock"
 _CHECKPOINT_VERSION = 0
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def read_offset_checkpoint(path: Path) -> dict[TopicPartition, int]:
@@ -124,7 +118,6 @@ class LogManager:
         self.logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
         self._lock_fds: list[int] = []
-        self._flushing: dict[TopicPartition, asyncio.Future[None]] = {}
 
     # -- startup -------------------------------------------------------------------------------
     def load(self) -> dict[TopicPartition, Log]:
@@ -251,69 +244,3 @@ class LogManager:
                 fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
         self._lock_fds = []
-
-    # -- periodic work -----------------------------------------------------------------------------
-    def logs_due_for_flush(self, now_ms: int) -> list[Log]:
-        """Logs whose ``log.flush.interval.messages`` / ``.ms`` has been reached."""
-        return [log for log in self.logs.values() if not log.closed and log.flush_due(now_ms)]
-
-    async def flush_log(self, log: Log, up_to: int | None = None) -> None:
-        """fsync ``log`` in the default executor until offsets below ``up_to`` (default: the
-        current log end offset) are durable. Callers share one flush in flight per log; a
-        caller whose offsets arrived after that flush began waits for the next one."""
-        tp = (log.topic, log.partition)
-        target = log.log_end_offset if up_to is None else up_to
-        loop = asyncio.get_running_loop()
-        while log.recovery_point < target and not log.closed:
-            fut = self._flushing.get(tp)
-            if fut is None:
-                fut = loop.run_in_executor(None, log.flush)
-                self._flushing[tp] = fut
-                fut.add_done_callback(lambda f, tp=tp: self._forget_flush(tp, f))
-            await asyncio.shield(fut)
-
-    def _forget_flush(self, tp: TopicPartition, fut: asyncio.Future[None]) -> None:
-        if self._flushing.get(tp) is fut:
-            del self._flushing[tp]
-
-    async def flush_dirty_logs(self, now_ms: int | None = None) -> int:
-        """Flush every log that is due, off the event loop; checkpoint if any was. Returns
-        how many were flushed (Kafka's LogManager.flushDirtyLogs)."""
-        due = self.logs_due_for_flush(_now_ms() if now_ms is None else now_ms)
-        if not due:
-            return 0
-        await asyncio.gather(*(self.flush_log(log) for log in due))
-        await asyncio.get_running_loop().run_in_executor(None, self.checkpoint)
-        return len(due)
-
-    def cleanup_logs(self, now_ms: int | None = None) -> int:
-        """Apply retention to every log on the event loop; returns segments deleted."""
-        now = _now_ms() if now_ms is None else now_ms
-        total = 0
-        for log in list(self.logs.values()):
-            if not log.closed:
-                total += log.delete_old_segments(now)
-        return total
-
-    async def run_flusher(self, check_interval_ms: int = 1000) -> None:
-        """Loop forever: every ``check_interval_ms`` flush the logs that are due.
-
-        Kafka checks every ``log.flush.scheduler.interval.ms``; cancel the task to stop.
-        """
-        while True:
-            await asyncio.sleep(check_interval_ms / 1000)
-            try:
-                await self.flush_dirty_logs()
-            except Exception:  # keep the loop alive; the error is logged
-                logger.exception("log flusher failed")
-
-    async def run_retention(self, interval_ms: int = 300_000) -> None:
-        """Loop forever: every ``log.retention.check.interval.ms`` apply retention."""
-        while True:
-            await asyncio.sleep(interval_ms / 1000)
-            try:
-                deleted = self.cleanup_logs()
-                if deleted:
-                    await asyncio.get_running_loop().run_in_executor(None, self.checkpoint)
-            except Exception:
-                logger.exception("log retention failed")

@@ -6,7 +6,8 @@ from broker.config import BrokerConfig, ConfigError, read_properties
 def test_defaults_and_overrides(tmp_path):
     props = tmp_path / "server.properties"
     props.write_text("# comment\nnode.id=3\nlog.dirs = /a, /b\nnum.partitions: 4\n")
-    cfg = BrokerConfig.from_properties(props, ["num.partitions=6", "auto.create.topics.enable=false"])
+    overrides = ["num.partitions=6", "auto.create.topics.enable=false"]
+    cfg = BrokerConfig.from_properties(props, overrides)
     assert cfg["node.id"] == 3
     assert cfg["log.dirs"] == ["/a", "/b"]
     assert cfg["num.partitions"] == 6

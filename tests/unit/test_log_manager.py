@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
@@ -123,48 +122,3 @@ def test_clean_marker_means_no_recovery(tmp_path: Path) -> None:
     log = LogManager([tmp_path], LogConfig()).load()[("t", 0)]
     assert log.log_end_offset == 6
     log.close()
-
-
-async def test_flusher_and_retention_loops(tmp_path: Path) -> None:
-    cfg = LogConfig(flush_interval_messages=1, retention_ms=1000, segment_bytes=500)
-    mgr = LogManager([tmp_path], cfg)
-    mgr.load()
-    log = mgr.create_log("t", 0)
-    log.append(batch(2, 0), T0)
-    log.append(batch(2, 0), T0)
-    assert log.unflushed_messages == 4
-    assert [x.topic for x in mgr.logs_due_for_flush(T0)] == ["t"]
-    assert await mgr.flush_dirty_logs() == 1
-    assert log.recovery_point == 4
-    assert read_offset_checkpoint(tmp_path / RECOVERY_POINT_CHECKPOINT_FILE) == {("t", 0): 4}
-
-    flusher = asyncio.create_task(mgr.run_flusher(10))
-    retention = asyncio.create_task(mgr.run_retention(10))
-    log.append(batch(2, 0), T0)
-    for _ in range(200):
-        await asyncio.sleep(0.01)
-        if log.recovery_point == 6 and log.log_start_offset == 6:
-            break
-    flusher.cancel()
-    retention.cancel()
-    await asyncio.gather(flusher, retention, return_exceptions=True)
-    assert log.recovery_point == 6
-    assert log.log_start_offset == 6  # timestamps at epoch 0: everything expired
-    assert read_offset_checkpoint(tmp_path / LOG_START_OFFSET_CHECKPOINT_FILE) == {("t", 0): 6}
-    mgr.shutdown()
-
-
-async def test_flush_log_waiters_share_and_cover_their_offsets(tmp_path: Path) -> None:
-    mgr = LogManager([tmp_path], LogConfig())
-    mgr.load()
-    log = mgr.create_log("t", 0)
-    log.append(batch(), T0)
-    first = asyncio.create_task(mgr.flush_log(log))
-    await asyncio.sleep(0)
-    log.append(batch(), T0)  # arrives while the first flush may be running
-    second = asyncio.create_task(mgr.flush_log(log))
-    await asyncio.gather(first, second)
-    assert log.recovery_point == 4
-    await mgr.flush_log(log)  # nothing to do
-    assert not mgr._flushing
-    mgr.shutdown()
