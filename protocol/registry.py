@@ -33,6 +33,8 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
     ApiVersionsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
     MetadataRequest,
     MetadataResponse,
 )
@@ -49,6 +51,7 @@ class ApiSpec:
     max_version: int
     request: type[ApiMessage]
     response: type[ApiMessage]
+    advertised_min: int  # what ApiVersions says; below min_version requests are still refused
 
     def supports(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version
@@ -58,14 +61,21 @@ class ApiSpec:
         return self.request.flexible_version_q(version)
 
 
-def _spec(min_v: int, max_v: int, req: type[ApiMessage], resp: type[ApiMessage]) -> ApiSpec:
-    return ApiSpec(req.API_KEY, req.name.removesuffix("Request"), min_v, max_v, req, resp)
+def _spec(
+    min_v: int, max_v: int, req: type[ApiMessage], resp: type[ApiMessage],
+    advertised_min: int | None = None,
+) -> ApiSpec:
+    name = req.name.removesuffix("Request")
+    adv = min_v if advertised_min is None else advertised_min
+    return ApiSpec(req.API_KEY, name, min_v, max_v, req, resp, adv)
 
 
 APIS: dict[int, ApiSpec] = {
     s.key: s
     for s in (
-        _spec(3, 11, ProduceRequest, ProduceResponse),
+        # Produce is advertised from v0 as Kafka 4 does (KAFKA-18659): librdkafka before 2.x
+        # otherwise refuses to compress at all. v0-v2 requests are still refused.
+        _spec(3, 11, ProduceRequest, ProduceResponse, advertised_min=0),
         _spec(4, 16, FetchRequest, FetchResponse),
         _spec(1, 8, ListOffsetsRequest, ListOffsetsResponse),
         _spec(0, 12, MetadataRequest, MetadataResponse),
@@ -76,6 +86,7 @@ APIS: dict[int, ApiSpec] = {
         _spec(2, 4, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse),
         _spec(0, 3, CreatePartitionsRequest, CreatePartitionsResponse),
         _spec(0, 1, DescribeClusterRequest, DescribeClusterResponse),
+        _spec(0, 4, FindCoordinatorRequest, FindCoordinatorResponse),
     )
 }
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from broker.server import Broker
 
 _KEYS = [
-    ApiVersionsResponse.ApiVersion(api_key=s.key, min_version=s.min_version,
+    ApiVersionsResponse.ApiVersion(api_key=s.key, min_version=s.advertised_min,
                                    max_version=s.max_version)
     for s in sorted(APIS.values(), key=lambda s: s.key)
 ]
