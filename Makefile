@@ -4,7 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint bench system-deps clean
+KAFKAJS := tests/conformance/kafkajs
+
+.PHONY: install run test lint bench system-deps node-deps clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,7 +27,13 @@ system-deps:
 	  (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat || \
 	   sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat); }
 
-test: install system-deps
+# kafkajs for the conformance suite, pinned by its package-lock.json.
+node-deps:
+	@if [ -f $(KAFKAJS)/package-lock.json ]; then \
+	  [ -d $(KAFKAJS)/node_modules ] && [ $(KAFKAJS)/node_modules -nt $(KAFKAJS)/package-lock.json ] || \
+	  npm ci --prefix $(KAFKAJS) --no-audit --no-fund --loglevel=error; fi
+
+test: install system-deps node-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: install

@@ -14,6 +14,7 @@ import structlog
 from broker import apis
 from broker.config import BrokerConfig
 from broker.fetch_session import FetchSessionCache
+from broker.group.coordinator import GroupCoordinator
 from broker.log.log import LogConfig
 from broker.log.manager import LogManager
 from broker.metadata import (
@@ -26,6 +27,7 @@ from broker.metadata import (
 from broker.network.connection import Connection
 from broker.network.request_channel import Request, RequestChannel
 from broker.partition import Partition
+from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager
 from protocol.errors import ErrorCode, KafkaError
 from purgatory import Timer
@@ -41,7 +43,9 @@ class Broker:
         self.metadata = MetadataStore(self.log_dirs[0])
         self.log_manager = LogManager(self.log_dirs, self._log_config({}))
         self.replica_manager: ReplicaManager | None = None
+        self.coordinator: GroupCoordinator | None = None
         self.fetch_sessions = FetchSessionCache()
+        self.producer_ids = ProducerIdManager(self.log_dirs[0])
         self.channel: RequestChannel | None = None
         self.server: asyncio.base_events.Server | None = None
         self.port = 0
@@ -74,6 +78,11 @@ class Broker:
         )
 
     # -- topics -------------------------------------------------------------------------------
+    @property
+    def group_coordinator(self) -> GroupCoordinator:
+        assert self.coordinator is not None
+        return self.coordinator
+
     @property
     def rm(self) -> ReplicaManager:
         assert self.replica_manager is not None
@@ -140,11 +149,15 @@ class Broker:
         for d in self.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
         self.metadata.load()
+        self.producer_ids.load()
         self.log_manager.load()
-        self.replica_manager = ReplicaManager(self.config["log.flush.interval.ms"], Timer())
+        timer = Timer()
+        self.replica_manager = ReplicaManager(self.config["log.flush.interval.ms"], timer)
         for info in self.metadata.topics.values():
             for index in range(info.partitions):
                 self._open_partition(info, index, create=False)
+        self.coordinator = GroupCoordinator(self, timer)
+        self.coordinator.start()
         self.channel = RequestChannel(
             self.config["num.io.threads"], self.config["queued.max.request.bytes"], self._dispatch
         )
@@ -160,6 +173,7 @@ class Broker:
         self.port = self.server.sockets[0].getsockname()[1]
         self._tasks.append(asyncio.create_task(self._retention_loop()))
         self._tasks.append(asyncio.create_task(self._checkpoint_loop()))
+        self._tasks.append(asyncio.create_task(self._offsets_retention_loop()))
         if self.config["log.flush.interval.ms"] < 2**63 - 1:
             self._tasks.append(asyncio.create_task(self.rm.run_time_flusher()))
         log.info("broker started", host=host, port=self.port, node_id=self.node_id,
@@ -187,6 +201,12 @@ class Broker:
         while True:
             await asyncio.sleep(interval)
             await loop.run_in_executor(None, self.log_manager.checkpoint)
+
+    async def _offsets_retention_loop(self) -> None:
+        interval = self.config["offsets.retention.check.interval.ms"] / 1000
+        while True:
+            await asyncio.sleep(interval)
+            self.group_coordinator.expire_offsets()
 
     def apply_retention(self) -> None:
         from broker.replica_manager import now_ms

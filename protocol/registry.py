@@ -14,21 +14,41 @@ from kafka.protocol.admin import (
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeClusterRequest,
     DescribeClusterResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
 )
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import (
     FetchRequest,
     FetchResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
 )
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
@@ -38,7 +58,12 @@ from kafka.protocol.metadata import (
     MetadataRequest,
     MetadataResponse,
 )
-from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from kafka.protocol.producer import (
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +111,18 @@ APIS: dict[int, ApiSpec] = {
         _spec(2, 4, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse),
         _spec(0, 3, CreatePartitionsRequest, CreatePartitionsResponse),
         _spec(0, 1, DescribeClusterRequest, DescribeClusterResponse),
-        _spec(0, 4, FindCoordinatorRequest, FindCoordinatorResponse),
+        _spec(0, 5, FindCoordinatorRequest, FindCoordinatorResponse),
+        _spec(0, 9, JoinGroupRequest, JoinGroupResponse),
+        _spec(0, 5, SyncGroupRequest, SyncGroupResponse),
+        _spec(0, 4, HeartbeatRequest, HeartbeatResponse),
+        _spec(0, 5, LeaveGroupRequest, LeaveGroupResponse),
+        _spec(2, 9, OffsetCommitRequest, OffsetCommitResponse),
+        _spec(1, 9, OffsetFetchRequest, OffsetFetchResponse),
+        _spec(0, 5, ListGroupsRequest, ListGroupsResponse),
+        _spec(0, 5, DescribeGroupsRequest, DescribeGroupsResponse),
+        _spec(0, 2, DeleteGroupsRequest, DeleteGroupsResponse),
+        _spec(0, 0, OffsetDeleteRequest, OffsetDeleteResponse),
+        _spec(0, 5, InitProducerIdRequest, InitProducerIdResponse),
     )
 }
 

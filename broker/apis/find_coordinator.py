@@ -1,8 +1,7 @@
-"""FindCoordinator (key 10): no group or transaction coordinator runs yet (issue 5).
+"""FindCoordinator (key 10): this broker coordinates every group (v0-v3 one key, v4+ a batch).
 
-It is served anyway, answering COORDINATOR_NOT_AVAILABLE (what Kafka answers while its offsets
-topic is not ready; clients retry), because librdkafka only enables LZ4 for brokers that
-advertise this API, and consumers configured with a group.id ask for it at start.
+Transactions are not served, so a transactional key (key_type 1) gets
+COORDINATOR_NOT_AVAILABLE.
 """
 
 from __future__ import annotations
@@ -17,18 +16,24 @@ if TYPE_CHECKING:
     from broker.network.request_channel import Request
     from broker.server import Broker
 
-_NOT_AVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
-_MESSAGE = "no group coordinator on this broker yet"
+GROUP = 0
 
 
 def handle(broker: Broker, request: Request) -> FindCoordinatorResponse:
     req = request.body
+    key_type = getattr(req, "key_type", GROUP)
+    host, port = broker.advertised
+    if key_type == GROUP:
+        error, node, message = ErrorCode.NONE, broker.node_id, None
+    else:
+        error, node, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "no transactions"
+        host, port = "", -1
     if request.version >= 4:
         coordinators = [
-            FindCoordinatorResponse.Coordinator(key=key, node_id=-1, host="", port=-1,
-                                                error_code=_NOT_AVAILABLE, error_message=_MESSAGE)
+            FindCoordinatorResponse.Coordinator(key=key, node_id=node, host=host, port=port,
+                                                error_code=error, error_message=message)
             for key in req.coordinator_keys
         ]
         return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
-    return FindCoordinatorResponse(throttle_time_ms=0, error_code=_NOT_AVAILABLE,
-                                   error_message=_MESSAGE, node_id=-1, host="", port=-1)
+    return FindCoordinatorResponse(throttle_time_ms=0, error_code=error, error_message=message,
+                                   node_id=node, host=host, port=port)

@@ -67,7 +67,8 @@ def _describe(broker: Broker, info: TopicInfo) -> Topic:
                       replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
         for i in range(info.partitions)
     ]
-    return Topic(error_code=0, name=info.name, topic_id=info.topic_id, is_internal=False,
+    internal = info.name.startswith("__")  # __consumer_offsets
+    return Topic(error_code=0, name=info.name, topic_id=info.topic_id, is_internal=internal,
                  partitions=parts, authorized_operations=None)
 
 

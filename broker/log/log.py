@@ -9,6 +9,9 @@ Invariants:
 * ``flush`` may run in a worker thread while the loop appends: it snapshots the end offset
   and the segment list under ``_lock`` (and dups the fds it will fsync), so a segment closed
   or deleted meanwhile is still safe to fsync. Everything else runs on the event loop.
+* ``producer_state`` reflects exactly the batches below the log end offset. A batch from an
+  idempotent producer is judged against it before offsets are assigned: a duplicate or a
+  rejected batch leaves the log (and the state) untouched.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import struct
 import threading
 import time
 from bisect import bisect_right
@@ -26,10 +30,17 @@ from pathlib import Path
 import structlog
 
 from broker.log.index import IndexCorruptError
+from broker.log.producer_state import (
+    BatchMetadata,
+    ProducerStateManager,
+    fsync_dir,
+    increment_sequence,
+)
 from broker.log.recovery import recover_segment, recover_segments
 from broker.log.segment import INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, LogSegment
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import (
+    LAST_OFFSET_DELTA_OFFSET,
     CorruptRecordError,
     RecordBatchError,
     assign_offsets,
@@ -53,6 +64,10 @@ LOG_APPEND_TIME = "LogAppendTime"
 _LEFTOVER_SUFFIXES = (".deleted", ".cleaned", ".swap", ".tmp")
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+# From lastOffsetDelta (23): lastOffsetDelta, baseTimestamp, maxTimestamp, producerId,
+# producerEpoch, baseSequence: what producer state needs, in one unpack per batch.
+_PRODUCER_FIELDS = struct.Struct(">i8xqqhi")
+_INT64 = struct.Struct(">q")
 
 
 def _now_ms() -> int:
@@ -120,6 +135,9 @@ class AppendInfo:
     num_records: int
     size: int
     offset_of_max_timestamp: int = field(default=-1)
+    #: a retry of a batch already in the log: nothing was appended, the offsets are the
+    #: original ones (Kafka answers them with error NONE), ``size`` and ``num_records`` are 0.
+    duplicate: bool = field(default=False)
 
 
 class Log:

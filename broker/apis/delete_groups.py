@@ -1,0 +1,32 @@
+"""DeleteGroups (key 42): only empty groups; their offsets and metadata get tombstones."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from kafka.protocol.admin import DeleteGroupsResponse
+
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.network.request_channel import Request
+    from broker.server import Broker
+
+
+def handle(broker: Broker, request: Request):  # type: ignore[no-untyped-def]
+    result = broker.group_coordinator.delete_groups(list(request.body.groups_names))
+    if isinstance(result, dict):
+        return _response(result)
+    return _respond_later(result)
+
+
+async def _respond_later(fut: asyncio.Future[dict[str, ErrorCode]]) -> DeleteGroupsResponse:
+    return _response(await fut)
+
+
+def _response(results: dict[str, ErrorCode]) -> DeleteGroupsResponse:
+    return DeleteGroupsResponse(
+        throttle_time_ms=0,
+        results=[DeleteGroupsResponse.DeletableGroupResult(group_id=g, error_code=e)
+                 for g, e in results.items()])

@@ -1,0 +1,18 @@
+"""Heartbeat (key 12): keeps a member's session; tells it when a rebalance has begun."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kafka.protocol.consumer import HeartbeatResponse
+
+if TYPE_CHECKING:
+    from broker.network.request_channel import Request
+    from broker.server import Broker
+
+
+def handle(broker: Broker, request: Request) -> HeartbeatResponse:
+    req = request.body
+    error = broker.group_coordinator.heartbeat(
+        req.group_id, req.member_id, getattr(req, "group_instance_id", None), req.generation_id)
+    return HeartbeatResponse(throttle_time_ms=0, error_code=error)

@@ -1,0 +1,46 @@
+"""JoinGroup (key 11): join or rejoin a group; answered when the rebalance's join phase ends."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from kafka.protocol.consumer import JoinGroupResponse
+
+from broker.group.metadata import JoinResult
+
+if TYPE_CHECKING:
+    from broker.network.request_channel import Request
+    from broker.server import Broker
+
+Member = JoinGroupResponse.JoinGroupResponseMember
+
+
+def handle(broker: Broker, request: Request):  # type: ignore[no-untyped-def]
+    req = request.body
+    version = request.version
+    result = broker.group_coordinator.join_group(
+        req.group_id, req.member_id, getattr(req, "group_instance_id", None),
+        require_known_id=version >= 4, client_id=request.header.client_id or "",
+        client_host=request.connection.peer.rpartition(":")[0],
+        rebalance_timeout_ms=req.rebalance_timeout_ms if version >= 1 else -1,
+        session_timeout_ms=req.session_timeout_ms, protocol_type=req.protocol_type,
+        protocols=[(p.name, bytes(p.metadata)) for p in req.protocols],
+    )
+    if isinstance(result, JoinResult):
+        return _response(result)
+    return _respond_later(result)
+
+
+async def _respond_later(fut: asyncio.Future[JoinResult]) -> JoinGroupResponse:
+    return _response(await fut)
+
+
+def _response(r: JoinResult) -> JoinGroupResponse:
+    return JoinGroupResponse(
+        throttle_time_ms=0, error_code=r.error, generation_id=r.generation_id,
+        protocol_type=r.protocol_type, protocol_name=r.protocol_name, leader=r.leader_id,
+        skip_assignment=False, member_id=r.member_id,
+        members=[Member(member_id=m, group_instance_id=i, metadata=meta) for m, i, meta in
+                 r.members],
+    )

@@ -1,0 +1,50 @@
+"""OffsetCommit (key 8): committed offsets, answered once written to __consumer_offsets."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+from kafka.protocol.consumer import OffsetCommitResponse
+
+from broker.group.metadata import OffsetAndMetadata
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.network.request_channel import Request
+    from broker.server import Broker
+
+Topic = OffsetCommitResponse.OffsetCommitResponseTopic
+Partition = Topic.OffsetCommitResponsePartition
+TopicPartition = tuple[str, int]
+
+
+def handle(broker: Broker, request: Request):  # type: ignore[no-untyped-def]
+    req = request.body
+    now = int(time.time() * 1000)
+    offsets = {
+        (t.name, p.partition_index): OffsetAndMetadata(
+            p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+            p.committed_metadata or "", now)
+        for t in req.topics for p in t.partitions
+    }
+    result = broker.group_coordinator.commit_offsets(
+        req.group_id, req.member_id, getattr(req, "group_instance_id", None),
+        req.generation_id_or_member_epoch, offsets)
+    if isinstance(result, dict):
+        return _response(result)
+    return _respond_later(result)
+
+
+async def _respond_later(fut: asyncio.Future[dict[TopicPartition, ErrorCode]]
+                         ) -> OffsetCommitResponse:
+    return _response(await fut)
+
+
+def _response(results: dict[TopicPartition, ErrorCode]) -> OffsetCommitResponse:
+    topics: dict[str, list[Partition]] = {}
+    for (topic, index), error in results.items():
+        topics.setdefault(topic, []).append(Partition(partition_index=index, error_code=error))
+    return OffsetCommitResponse(
+        throttle_time_ms=0, topics=[Topic(name=t, partitions=ps) for t, ps in topics.items()])

@@ -1,0 +1,41 @@
+"""SyncGroup (key 14): the leader hands in the assignment; every member gets its share."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from kafka.protocol.consumer import SyncGroupResponse
+
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.network.request_channel import Request
+    from broker.server import Broker
+
+
+def handle(broker: Broker, request: Request):  # type: ignore[no-untyped-def]
+    req = request.body
+    coordinator = broker.group_coordinator
+    result = coordinator.sync_group(
+        req.group_id, req.generation_id, req.member_id, getattr(req, "group_instance_id", None),
+        getattr(req, "protocol_type", None), getattr(req, "protocol_name", None),
+        {a.member_id: bytes(a.assignment) for a in req.assignments},
+    )
+    group = coordinator.groups.get(req.group_id)
+    names = (group.protocol_type, group.protocol_name) if group else (None, None)
+    if isinstance(result, tuple):
+        return _response(result, names)
+    return _respond_later(result, names)
+
+
+async def _respond_later(fut: asyncio.Future[tuple[ErrorCode, bytes]],
+                         names: tuple[str | None, str | None]) -> SyncGroupResponse:
+    return _response(await fut, names)
+
+
+def _response(result: tuple[ErrorCode, bytes], names: tuple[str | None, str | None]
+              ) -> SyncGroupResponse:
+    error, assignment = result
+    return SyncGroupResponse(throttle_time_ms=0, error_code=error, protocol_type=names[0],
+                             protocol_name=names[1], assignment=assignment)

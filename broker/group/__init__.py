@@ -1,0 +1,1 @@
+"""The classic consumer-group coordinator: membership, rebalances, committed offsets."""

@@ -1,0 +1,526 @@
+"""GroupCoordinator: Kafka's classic group protocol on one event loop.
+
+Members join (JoinGroup), the rebalance waits in the join purgatory until all known members
+have rejoined, the leader's assignment is distributed (SyncGroup), and sessions are kept by
+heartbeats, each session a DelayedHeartbeat in the heartbeat purgatory. Group metadata and
+committed offsets are written to __consumer_offsets and answered once committed there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import structlog
+
+from broker.group.delayed import (
+    DelayedHeartbeat,
+    DelayedJoin,
+    DelayedPendingMember,
+    InitialDelayedJoin,
+)
+from broker.group.metadata import (
+    GroupMetadata,
+    GroupState,
+    JoinResult,
+    MemberMetadata,
+    OffsetAndMetadata,
+)
+from broker.group.offsets_store import (
+    OffsetsStore,
+    group_key,
+    group_value,
+    offset_key,
+    offset_value,
+)
+from protocol.errors import ErrorCode
+from purgatory import Purgatory, Timer
+
+if TYPE_CHECKING:
+    from broker.server import Broker
+
+log = structlog.get_logger("broker.group")
+
+S = GroupState
+TopicPartition = tuple[str, int]
+MAX_METADATA = 4096  # Kafka's offset.metadata.max.bytes
+
+
+class GroupCoordinator:
+    def __init__(self, broker: Broker, timer: Timer) -> None:
+        cfg = broker.config
+        self.broker = broker
+        self.initial_delay_ms: int = cfg["group.initial.rebalance.delay.ms"]
+        self.min_session_ms: int = cfg["group.min.session.timeout.ms"]
+        self.max_session_ms: int = cfg["group.max.session.timeout.ms"]
+        self.retention_ms: int = cfg["offsets.retention.minutes"] * 60_000
+        self.groups: dict[str, GroupMetadata] = {}
+        self.join_purgatory: Purgatory = Purgatory("join", timer)
+        self.heartbeat_purgatory: Purgatory = Purgatory("heartbeat", timer)
+        self.store = OffsetsStore(broker, cfg["offsets.topic.num.partitions"])
+
+    def start(self) -> None:
+        """Create the offsets topic if needed and rebuild every group from it."""
+        self.store.ensure_topic()
+        self.groups = self.store.load()
+        for group in self.groups.values():
+            for member in group.members.values():
+                self._schedule_heartbeat(group, member)
+
+    # -- JoinGroup -------------------------------------------------------------------------------
+    def join_group(
+        self, group_id: str, member_id: str, instance_id: str | None, require_known_id: bool,
+        client_id: str, client_host: str, rebalance_timeout_ms: int, session_timeout_ms: int,
+        protocol_type: str, protocols: list[tuple[str, bytes]],
+    ) -> JoinResult | asyncio.Future[JoinResult]:
+        if not group_id:
+            return JoinResult(ErrorCode.INVALID_GROUP_ID, member_id=member_id)
+        if not self.min_session_ms <= session_timeout_ms <= self.max_session_ms:
+            return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id=member_id)
+        group = self.groups.get(group_id)
+        if group is None:
+            if member_id:
+                return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
+            group = self.groups[group_id] = GroupMetadata(group_id)
+        if group.is_(S.DEAD):
+            return JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id=member_id)
+        if not group.supports(protocol_type, protocols):
+            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+        if rebalance_timeout_ms < 0:
+            rebalance_timeout_ms = session_timeout_ms  # JoinGroup v0 has no rebalance timeout
+        details = (client_id, client_host, rebalance_timeout_ms, session_timeout_ms,
+                   protocol_type, protocols)
+        if not member_id:
+            return self._join_unknown(group, instance_id, require_known_id, *details)
+        return self._join_known(group, member_id, instance_id, *details)
+
+    def _join_unknown(
+        self, group: GroupMetadata, instance_id: str | None, require_known_id: bool,
+        client_id: str, client_host: str, rebalance_ms: int, session_ms: int,
+        protocol_type: str, protocols: list[tuple[str, bytes]],
+    ) -> JoinResult | asyncio.Future[JoinResult]:
+        new_id = f"{client_id}-{uuid.uuid4()}"
+        if instance_id is not None:
+            old_id = group.static_members.get(instance_id)
+            if old_id is not None:
+                # A restarted static member takes over its old identity; the old one is fenced.
+                old = group.remove(old_id)
+                if old is not None:
+                    self._fence(old)
+        elif require_known_id:
+            group.pending_members.add(new_id)
+            op = DelayedPendingMember(self, group, new_id, session_ms)
+            self.heartbeat_purgatory.try_complete_else_watch(op, [(group.group_id, new_id)])
+            return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id=new_id)
+        member = MemberMetadata(new_id, instance_id, client_id, client_host, rebalance_ms,
+                                session_ms, protocol_type, protocols)
+        return self._add_and_rebalance(group, member)
+
+    def _join_known(
+        self, group: GroupMetadata, member_id: str, instance_id: str | None, client_id: str,
+        client_host: str, rebalance_ms: int, session_ms: int, protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+    ) -> JoinResult | asyncio.Future[JoinResult]:
+        if member_id in group.pending_members:
+            group.pending_members.discard(member_id)
+            self.heartbeat_purgatory.check_and_complete((group.group_id, member_id))
+            member = MemberMetadata(member_id, instance_id, client_id, client_host, rebalance_ms,
+                                    session_ms, protocol_type, protocols)
+            return self._add_and_rebalance(group, member)
+        if instance_id is not None and group.static_members.get(instance_id) != member_id:
+            return JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id=member_id)
+        member = group.members.get(member_id)
+        if member is None or group.is_(S.EMPTY, S.DEAD):
+            return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
+        member.rebalance_timeout_ms, member.session_timeout_ms = rebalance_ms, session_ms
+        unchanged = member.matches(protocols)
+        if group.is_(S.COMPLETING_REBALANCE) and unchanged:
+            return self._join_result(group, member)  # a retried join of this generation
+        if group.is_(S.STABLE) and unchanged and member_id != group.leader_id:
+            return self._join_result(group, member)
+        member.protocols = protocols
+        return self._update_and_rebalance(group, member)
+
+    def _add_and_rebalance(self, group: GroupMetadata, member: MemberMetadata
+                           ) -> asyncio.Future[JoinResult]:
+        fut = member.awaiting_join = asyncio.get_running_loop().create_future()
+        group.add(member)
+        self._schedule_heartbeat(group, member)
+        self._maybe_prepare_rebalance(group, f"member {member.member_id} joined")
+        return fut
+
+    def _update_and_rebalance(self, group: GroupMetadata, member: MemberMetadata
+                              ) -> asyncio.Future[JoinResult]:
+        fut = member.awaiting_join = asyncio.get_running_loop().create_future()
+        self._maybe_prepare_rebalance(group, f"member {member.member_id} rejoined")
+        return fut
+
+    def _maybe_prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
+        if group.is_(S.STABLE, S.COMPLETING_REBALANCE, S.EMPTY):
+            self._prepare_rebalance(group, reason)
+        elif group.is_(S.PREPARING_REBALANCE):
+            self.join_purgatory.check_and_complete(group.group_id)
+
+    def _prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
+        if group.is_(S.COMPLETING_REBALANCE):
+            self._reset_and_propagate_assignment(group, ErrorCode.REBALANCE_IN_PROGRESS)
+        if group.is_(S.EMPTY):
+            delay = min(self.initial_delay_ms, group.max_rebalance_timeout())
+            op: DelayedJoin = InitialDelayedJoin(
+                self, group, self.initial_delay_ms, delay,
+                max(group.max_rebalance_timeout() - delay, 0))
+        else:
+            op = DelayedJoin(self, group, group.max_rebalance_timeout())
+        group.transition(S.PREPARING_REBALANCE)
+        log.info("rebalance started", group=group.group_id, generation=group.generation_id,
+                 reason=reason, members=len(group.members))
+        self.park_join(op)
+
+    def park_join(self, op: DelayedJoin) -> None:
+        op.group.pending_join = op
+        self.join_purgatory.try_complete_else_watch(op, [op.group.group_id])
+
+    def complete_join(self, group: GroupMetadata) -> None:
+        """The rebalance's join phase is over: drop laggards, start the next generation."""
+        if not group.is_(S.PREPARING_REBALANCE):
+            return
+        for member in [m for m in group.members.values() if m.awaiting_join is None]:
+            self._remove_member(group, member)
+        group.pending_members.clear()
+        if not group.members:
+            group.generation_id += 1
+            group.protocol_name = None
+            group.transition(S.EMPTY)
+            self.store.write(group.group_id, [(group_key(group.group_id), group_value(group))])
+            log.info("group is empty", group=group.group_id, generation=group.generation_id)
+            return
+        group.generation_id += 1
+        group.protocol_name = group.select_protocol()
+        if group.leader_id not in group.members:
+            group.leader_id = next(iter(group.members))
+        group.transition(S.COMPLETING_REBALANCE)
+        log.info("rebalance joined", group=group.group_id, generation=group.generation_id,
+                 protocol=group.protocol_name, leader=group.leader_id,
+                 members=len(group.members))
+        for member in group.members.values():
+            fut, member.awaiting_join = member.awaiting_join, None
+            member.is_new = False
+            if fut is not None and not fut.done():
+                fut.set_result(self._join_result(group, member))
+            self._schedule_heartbeat(group, member)
+
+    def _join_result(self, group: GroupMetadata, member: MemberMetadata) -> JoinResult:
+        members = []
+        if member.member_id == group.leader_id and group.protocol_name is not None:
+            members = [(m.member_id, m.group_instance_id, m.metadata_for(group.protocol_name))
+                       for m in group.members.values()]
+        return JoinResult(ErrorCode.NONE, group.generation_id, group.protocol_type,
+                          group.protocol_name, group.leader_id or "", member.member_id, members)
+
+    # -- SyncGroup ---------------------------------------------------------------------------------
+    def sync_group(
+        self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
+        protocol_type: str | None, protocol_name: str | None, assignments: dict[str, bytes],
+    ) -> tuple[ErrorCode, bytes] | asyncio.Future[tuple[ErrorCode, bytes]]:
+        group = self.groups.get(group_id)
+        error = self._check_member(group, member_id, instance_id, generation_id)
+        if error is not None:
+            return error, b""
+        assert group is not None
+        if (protocol_type is not None and protocol_type != group.protocol_type) or (
+                protocol_name is not None and protocol_name != group.protocol_name):
+            return ErrorCode.INCONSISTENT_GROUP_PROTOCOL, b""
+        member = group.members[member_id]
+        if group.is_(S.PREPARING_REBALANCE):
+            return ErrorCode.REBALANCE_IN_PROGRESS, b""
+        self._schedule_heartbeat(group, member)
+        if group.is_(S.STABLE):
+            return ErrorCode.NONE, member.assignment
+        fut = member.awaiting_sync = asyncio.get_running_loop().create_future()
+        if member_id == group.leader_id:
+            generation = group.generation_id
+            for m in group.members.values():
+                m.assignment = assignments.get(m.member_id, b"")
+            stored = self.store.write(group_id, [(group_key(group_id), group_value(group))])
+            stored.add_done_callback(
+                lambda f: self._assignment_stored(group, generation, f.result()))
+        return fut
+
+    def _assignment_stored(self, group: GroupMetadata, generation: int, error: ErrorCode
+                           ) -> None:
+        if not group.is_(S.COMPLETING_REBALANCE) or group.generation_id != generation:
+            return
+        if error != ErrorCode.NONE:
+            self._reset_and_propagate_assignment(group, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            self._prepare_rebalance(group, f"storing the assignment failed: {error.name}")
+            return
+        self._propagate_assignment(group, ErrorCode.NONE)
+        group.transition(S.STABLE)
+        log.info("group stable", group=group.group_id, generation=generation)
+
+    def _propagate_assignment(self, group: GroupMetadata, error: ErrorCode) -> None:
+        for member in group.members.values():
+            fut, member.awaiting_sync = member.awaiting_sync, None
+            if fut is not None and not fut.done():
+                fut.set_result((error, member.assignment if error == ErrorCode.NONE else b""))
+            self._schedule_heartbeat(group, member)
+
+    def _reset_and_propagate_assignment(self, group: GroupMetadata, error: ErrorCode) -> None:
+        for member in group.members.values():
+            member.assignment = b""
+        self._propagate_assignment(group, error)
+
+    # -- Heartbeat and LeaveGroup ----------------------------------------------------------------
+    def heartbeat(self, group_id: str, member_id: str, instance_id: str | None,
+                  generation_id: int) -> ErrorCode:
+        group = self.groups.get(group_id)
+        error = self._check_member(group, member_id, instance_id, generation_id)
+        if error is not None:
+            return error
+        assert group is not None
+        self._schedule_heartbeat(group, group.members[member_id])
+        if group.is_(S.PREPARING_REBALANCE):
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    def leave_group(self, group_id: str, members: list[tuple[str, str | None]]
+                    ) -> tuple[ErrorCode, list[ErrorCode]]:
+        group = self.groups.get(group_id)
+        if group is None or group.is_(S.DEAD):
+            return ErrorCode.UNKNOWN_MEMBER_ID, [ErrorCode.UNKNOWN_MEMBER_ID for _ in members]
+        results = []
+        for member_id, instance_id in members:
+            if instance_id is not None:
+                known = group.static_members.get(instance_id)
+                if known is None:
+                    results.append(ErrorCode.UNKNOWN_MEMBER_ID)
+                    continue
+                if member_id and member_id != known:
+                    results.append(ErrorCode.FENCED_INSTANCE_ID)
+                    continue
+                member_id = known
+            if member_id in group.pending_members:
+                group.pending_members.discard(member_id)
+                self.heartbeat_purgatory.check_and_complete((group_id, member_id))
+                self.join_purgatory.check_and_complete(group_id)
+                results.append(ErrorCode.NONE)
+                continue
+            member = group.members.get(member_id)
+            if member is None:
+                results.append(ErrorCode.UNKNOWN_MEMBER_ID)
+                continue
+            self._remove_and_update(group, member, "left the group")
+            results.append(ErrorCode.NONE)
+        return ErrorCode.NONE, results
+
+    def expire_member(self, group: GroupMetadata, member: MemberMetadata) -> None:
+        """A DelayedHeartbeat expired: the member's session is over."""
+        if group.members.get(member.member_id) is member:
+            self._remove_and_update(group, member, "session timed out")
+
+    def expire_pending(self, group: GroupMetadata, member_id: str) -> None:
+        if member_id in group.pending_members:
+            group.pending_members.discard(member_id)
+            self.join_purgatory.check_and_complete(group.group_id)
+
+    def _remove_and_update(self, group: GroupMetadata, member: MemberMetadata, reason: str
+                           ) -> None:
+        self._remove_member(group, member)
+        log.info("member removed", group=group.group_id, member=member.member_id, reason=reason)
+        if group.is_(S.STABLE, S.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, f"member {member.member_id} {reason}")
+        elif group.is_(S.PREPARING_REBALANCE):
+            self.join_purgatory.check_and_complete(group.group_id)
+
+    def _remove_member(self, group: GroupMetadata, member: MemberMetadata) -> None:
+        group.remove(member.member_id)
+        member.heartbeat_satisfied = True
+        self.heartbeat_purgatory.check_and_complete((group.group_id, member.member_id))
+        for fut in (member.awaiting_join, member.awaiting_sync):
+            if fut is not None and not fut.done():
+                if fut is member.awaiting_join:
+                    fut.set_result(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID,
+                                              member_id=member.member_id))
+                else:
+                    fut.set_result((ErrorCode.UNKNOWN_MEMBER_ID, b""))
+        member.awaiting_join = member.awaiting_sync = None
+
+    def _fence(self, member: MemberMetadata) -> None:
+        member.heartbeat_satisfied = True
+        if member.awaiting_join is not None and not member.awaiting_join.done():
+            member.awaiting_join.set_result(JoinResult(ErrorCode.FENCED_INSTANCE_ID,
+                                                       member_id=member.member_id))
+        if member.awaiting_sync is not None and not member.awaiting_sync.done():
+            member.awaiting_sync.set_result((ErrorCode.FENCED_INSTANCE_ID, b""))
+
+    def _schedule_heartbeat(self, group: GroupMetadata, member: MemberMetadata) -> None:
+        """Complete the member's current session op and park a fresh one (Kafka's
+        completeAndScheduleNextHeartbeatExpiration)."""
+        key = (group.group_id, member.member_id)
+        member.heartbeat_satisfied = True
+        self.heartbeat_purgatory.check_and_complete(key)
+        member.heartbeat_satisfied = False
+        op = DelayedHeartbeat(self, group, member, member.session_timeout_ms)
+        self.heartbeat_purgatory.try_complete_else_watch(op, [key])
+
+    def _check_member(self, group: GroupMetadata | None, member_id: str,
+                      instance_id: str | None, generation_id: int) -> ErrorCode | None:
+        if group is None or group.is_(S.DEAD):
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if instance_id is not None and group.static_members.get(instance_id) != member_id:
+            return ErrorCode.FENCED_INSTANCE_ID
+        if member_id not in group.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if generation_id != group.generation_id:
+            return ErrorCode.ILLEGAL_GENERATION
+        return None
+
+    # -- offsets ---------------------------------------------------------------------------
+    def commit_offsets(
+        self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
+        offsets: dict[TopicPartition, OffsetAndMetadata],
+    ) -> dict[TopicPartition, ErrorCode] | asyncio.Future[dict[TopicPartition, ErrorCode]]:
+        group = self.groups.get(group_id)
+        error = self._check_commit(group, member_id, instance_id, generation_id)
+        if error is not None:
+            return {tp: error for tp in offsets}
+        if group is None:
+            group = self.groups[group_id] = GroupMetadata(group_id)
+        elif member_id in group.members:
+            self._schedule_heartbeat(group, group.members[member_id])
+        results: dict[TopicPartition, ErrorCode] = {}
+        accepted: dict[TopicPartition, OffsetAndMetadata] = {}
+        for tp, om in offsets.items():
+            if len(om.metadata.encode()) > MAX_METADATA:
+                results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            elif tp not in self.broker.rm.partitions:
+                results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                accepted[tp] = om
+        if not accepted:
+            return results
+        records = [(offset_key(group_id, t, p), offset_value(om)) for (t, p), om in
+                   accepted.items()]
+        fut: asyncio.Future[dict[TopicPartition, ErrorCode]] = (
+            asyncio.get_running_loop().create_future())
+
+        def stored(f: asyncio.Future[ErrorCode]) -> None:
+            code = f.result()
+            if code == ErrorCode.NONE:
+                group.offsets.update(accepted)
+            else:
+                code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+            fut.set_result({**results, **{tp: code for tp in accepted}})
+
+        self.store.write(group_id, records).add_done_callback(stored)
+        return fut
+
+    def _check_commit(self, group: GroupMetadata | None, member_id: str,
+                      instance_id: str | None, generation_id: int) -> ErrorCode | None:
+        if generation_id < 0 and (group is None or group.is_(S.EMPTY)):
+            return None  # a standalone consumer (assign + commit), no membership
+        if group is None:
+            return ErrorCode.ILLEGAL_GENERATION
+        error = self._check_member(group, member_id, instance_id, generation_id)
+        if error is not None:
+            return error
+        if group.is_(S.COMPLETING_REBALANCE):
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return None
+
+    def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None
+                      ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        group = self.groups.get(group_id)
+        committed = group.offsets if group is not None else {}
+        if partitions is None:
+            return dict(committed)
+        return {tp: committed.get(tp) for tp in partitions}
+
+    def delete_offsets(self, group_id: str, partitions: list[TopicPartition]
+                       ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]] | asyncio.Future:
+        group = self.groups.get(group_id)
+        if group is None or group.is_(S.DEAD):
+            return ErrorCode.GROUP_ID_NOT_FOUND, {}
+        subscribed = self._subscribed_topics(group)
+        results = {tp: (ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if tp[0] in subscribed
+                        else ErrorCode.NONE) for tp in partitions}
+        gone = [tp for tp, e in results.items() if e == ErrorCode.NONE and tp in group.offsets]
+        for tp in gone:
+            del group.offsets[tp]
+        if not gone:
+            return ErrorCode.NONE, results
+        fut = asyncio.get_running_loop().create_future()
+        self.store.write(group_id, [(offset_key(group_id, t, p), None) for t, p in gone]
+                         ).add_done_callback(lambda f: fut.set_result((ErrorCode.NONE, results)))
+        return fut
+
+    def _subscribed_topics(self, group: GroupMetadata) -> set[str]:
+        """Topics of the members' consumer-protocol subscriptions (all, if unreadable)."""
+        if group.is_(S.EMPTY) or group.protocol_type != "consumer" or not group.protocol_name:
+            return set()
+        from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
+
+        topics: set[str] = set()
+        for m in group.members.values():
+            try:
+                sub = ConsumerProtocolSubscription.decode(m.metadata_for(group.protocol_name))
+                topics.update(sub.topics)
+            except Exception:
+                return {tp[0] for tp in group.offsets}
+        return topics
+
+    # -- admin -----------------------------------------------------------------------------
+    def list_groups(self) -> list[GroupMetadata]:
+        return [g for g in self.groups.values() if not g.is_(S.DEAD)]
+
+    def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode] | asyncio.Future:
+        results: dict[str, ErrorCode] = {}
+        writes = []
+        for gid in group_ids:
+            group = self.groups.get(gid)
+            if group is None or group.is_(S.DEAD):
+                results[gid] = ErrorCode.GROUP_ID_NOT_FOUND
+            elif not group.is_(S.EMPTY):
+                results[gid] = ErrorCode.NON_EMPTY_GROUP
+            else:
+                group.transition(S.DEAD)
+                del self.groups[gid]
+                tombstones = [(offset_key(gid, t, p), None) for t, p in group.offsets]
+                writes.append(self.store.write(gid, [*tombstones, (group_key(gid), None)]))
+                results[gid] = ErrorCode.NONE
+                log.info("group deleted", group=gid)
+        if not writes:
+            return results
+        fut = asyncio.get_running_loop().create_future()
+        asyncio.gather(*writes).add_done_callback(lambda _f: fut.set_result(results))
+        return fut
+
+    def expire_offsets(self) -> int:
+        """offsets.retention.minutes: offsets of groups empty for that long are deleted."""
+        now = int(time.time() * 1000)
+        removed = 0
+        for gid, group in list(self.groups.items()):
+            if not group.is_(S.EMPTY):
+                continue
+            if group.protocol_type is not None:
+                expired = list(group.offsets) if group.state_timestamp + self.retention_ms < now \
+                    else []
+            else:
+                expired = [tp for tp, om in group.offsets.items()
+                           if om.commit_timestamp + self.retention_ms < now]
+            if not expired:
+                continue
+            for tp in expired:
+                del group.offsets[tp]
+            records = [(offset_key(gid, t, p), None) for t, p in expired]
+            if not group.offsets:
+                group.transition(S.DEAD)
+                del self.groups[gid]
+                records.append((group_key(gid), None))
+            self.store.write(gid, records)
+            removed += len(expired)
+            log.info("offsets expired", group=gid, partitions=len(expired))
+        return removed

@@ -1,0 +1,144 @@
+"""Group and member state, Kafka's GroupMetadata / MemberMetadata without the locks.
+
+State machine (Kafka's): Empty -> PreparingRebalance -> CompletingRebalance -> Stable, back to
+PreparingRebalance when membership changes, and Dead when the group is deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class GroupState(Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass(slots=True)
+class OffsetAndMetadata:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+
+
+@dataclass(slots=True)
+class JoinResult:
+    """What a JoinGroup response carries; `members` is filled for the leader only."""
+
+    error: int
+    generation_id: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str = ""
+    member_id: str = ""
+    members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class MemberMetadata:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    awaiting_join: asyncio.Future[JoinResult] | None = None
+    awaiting_sync: asyncio.Future[tuple[int, bytes]] | None = None
+    heartbeat_satisfied: bool = False
+    is_new: bool = True
+
+    def metadata_for(self, protocol: str) -> bytes:
+        for name, meta in self.protocols:
+            if name == protocol:
+                return meta
+        raise KeyError(protocol)
+
+    def matches(self, protocols: list[tuple[str, bytes]]) -> bool:
+        return self.protocols == protocols
+
+
+@dataclass(eq=False)
+class GroupMetadata:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    generation_id: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str | None = None
+    members: dict[str, MemberMetadata] = field(default_factory=dict)
+    pending_members: set[str] = field(default_factory=set)
+    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
+    offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
+    new_member_added: bool = False
+    state_timestamp: int = field(default_factory=lambda: int(time.time() * 1000))
+    pending_join: Any = None  # the DelayedJoin parked for this group's rebalance
+
+    def transition(self, state: GroupState) -> None:
+        self.state = state
+        self.state_timestamp = int(time.time() * 1000)
+
+    def is_(self, *states: GroupState) -> bool:
+        return self.state in states
+
+    @property
+    def empty(self) -> bool:
+        return not self.members and not self.pending_members
+
+    def add(self, member: MemberMetadata) -> None:
+        if not self.members:
+            self.protocol_type = member.protocol_type
+        if self.leader_id is None:
+            self.leader_id = member.member_id
+        self.members[member.member_id] = member
+        if member.group_instance_id is not None:
+            self.static_members[member.group_instance_id] = member.member_id
+        self.new_member_added = True
+
+    def remove(self, member_id: str) -> MemberMetadata | None:
+        member = self.members.pop(member_id, None)
+        self.pending_members.discard(member_id)
+        if member is not None and member.group_instance_id is not None:
+            if self.static_members.get(member.group_instance_id) == member_id:
+                del self.static_members[member.group_instance_id]
+        if self.leader_id == member_id:
+            self.leader_id = next(iter(self.members), None)
+        return member
+
+    def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
+        """A joining member must share the protocol type and one protocol with everyone."""
+        if not self.members:
+            return bool(protocol_type) and bool(protocols)
+        names = {name for name, _ in protocols}
+        return protocol_type == self.protocol_type and bool(names & self.candidate_protocols())
+
+    def candidate_protocols(self) -> set[str]:
+        sets = [{name for name, _ in m.protocols} for m in self.members.values()]
+        return set.intersection(*sets) if sets else set()
+
+    def select_protocol(self) -> str:
+        """Each member votes for its most preferred candidate; most votes wins (Kafka)."""
+        candidates = self.candidate_protocols()
+        votes: dict[str, int] = {}
+        for m in self.members.values():
+            choice = next(name for name, _ in m.protocols if name in candidates)
+            votes[choice] = votes.get(choice, 0) + 1
+        return max(votes, key=lambda name: votes[name])
+
+    def all_members_joined(self) -> bool:
+        return not self.pending_members and all(
+            m.awaiting_join is not None for m in self.members.values()
+        )
+
+    def max_rebalance_timeout(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
