@@ -40,7 +40,8 @@ def _create_topic(bootstrap: str, topic: str) -> None:
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(10)
 
 
-def run_produce(mode: str, records: int, size: int, extra: dict[str, str]) -> dict:
+def run_produce(mode: str, records: int, size: int, rate: int, extra: dict[str, str]) -> dict:
+    """rate 0: as fast as the producer can (throughput); else records/s (latency at a load)."""
     with tempfile.TemporaryDirectory() as tmp:
         broker = BrokerProcess(Path(tmp), {
             "request.processing.mode": mode, "log.flush.interval.messages": "1", **extra,
@@ -63,7 +64,11 @@ def run_produce(mode: str, records: int, size: int, extra: dict[str, str]) -> di
                 latencies.append((time.perf_counter() - sent) * 1000)
 
             start = time.perf_counter()
-            for _ in range(records):
+            for i in range(records):
+                if rate:
+                    target = start + i / rate
+                    while (now := time.perf_counter()) < target:
+                        producer.poll(min(target - now, 0.001))
                 sent = time.perf_counter()
                 while True:
                     try:
@@ -79,6 +84,7 @@ def run_produce(mode: str, records: int, size: int, extra: dict[str, str]) -> di
             broker.stop()
     return {
         "scenario": "produce", "mode": mode, "records": records, "record_size": size,
+        "target_rate": rate,
         "errors": errors, "seconds": round(elapsed, 3),
         "mb_per_s": round(records * size / elapsed / 1e6, 2),
         **{f"p{k}_ms": round(_pct(latencies, v), 2)
@@ -141,15 +147,16 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=2000)
     ap.add_argument("--record-size", type=int, default=65536)
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--rate", type=int, default=1000)
+    ap.add_argument("--rate", type=int, default=0,
+                    help="records/s (produce: 0 = unthrottled; longpoll: default 1000)")
     ap.add_argument("--override", action="append", default=[], metavar="key=value")
     args = ap.parse_args()
     extra = dict(o.split("=", 1) for o in args.override)
     for mode in args.modes.split(","):
         if args.scenario == "produce":
-            row = run_produce(mode, args.records, args.record_size, extra)
+            row = run_produce(mode, args.records, args.record_size, args.rate, extra)
         else:
-            row = run_longpoll(mode, args.seconds, args.rate)
+            row = run_longpoll(mode, args.seconds, args.rate or 1000)
         print(json.dumps(row) if args.json else row, flush=True)
 
 
