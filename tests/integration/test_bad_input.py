@@ -10,7 +10,6 @@ not a single error and lose not a single record.
 
 from __future__ import annotations
 
-import socket
 import struct
 import threading
 import time
@@ -35,6 +34,7 @@ from tests.support.clients import (
     wait_until,
     watermarks,
 )
+from tests.support.wire import Wire
 
 MAX_REQUEST = 262_144  # socket.request.max.bytes for this broker
 CORRUPT_MESSAGE = 2
@@ -53,51 +53,6 @@ def request_header(key: int, version: int, correlation_id: int, flexible: bool =
 
 def framed(payload: bytes) -> bytes:
     return struct.pack(">i", len(payload)) + payload
-
-
-class Raw:
-    """One raw TCP connection to the broker, with bounded reads."""
-
-    def __init__(self, broker: BrokerProcess) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", broker.port), timeout=5)
-        host, port = self.sock.getsockname()[:2]
-        self.peer = f"{host}:{port}"  # how the broker names this connection in its log
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def _read_exact(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError(f"closed after {len(buf)} of {n} bytes")
-            buf += chunk
-        return bytes(buf)
-
-    def read_frame(self) -> bytes:
-        (size,) = struct.unpack(">i", self._read_exact(4))
-        return self._read_exact(size)
-
-    def closed_by_broker(self, timeout: float = 5) -> tuple[bool, bytes]:
-        """Whether the broker closes the connection within `timeout`, and what it sent first."""
-        self.sock.settimeout(timeout)
-        got = bytearray()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                chunk = self.sock.recv(65536)
-            except (ConnectionResetError, BrokenPipeError):
-                return True, bytes(got)
-            except TimeoutError:
-                return False, bytes(got)
-            if not chunk:
-                return True, bytes(got)
-            got += chunk
-        return False, bytes(got)
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 # -- the well-behaved client -----------------------------------------------------------------
@@ -223,7 +178,7 @@ def _batch(codec: int = 0, *, value: bytes = b"value") -> bytes:
     return bytes(builder.build())
 
 
-def _produce(raw: Raw, topic: str, records: bytes, correlation_id: int):
+def _produce(raw: Wire, topic: str, records: bytes, correlation_id: int):
     req = ProduceRequest[9](
         transactional_id=None, acks=-1, timeout_ms=5000,
         topic_data=[ProduceRequest.TopicProduceData(
@@ -233,7 +188,7 @@ def _produce(raw: Raw, topic: str, records: bytes, correlation_id: int):
         )],
     )
     req.with_header(correlation_id=correlation_id, client_id="bad-input-test")
-    raw.send(req.encode(header=True, framed=True))
+    raw.send_raw(req.encode(header=True, framed=True))
     resp = ProduceResponse.decode(raw.read_frame(), version=9, header=True)
     assert resp.header.correlation_id == correlation_id
     [topic_resp] = resp.responses
@@ -284,9 +239,9 @@ def _closing_cases(b: BrokerProcess, rounds: int = 5) -> dict[str, str]:
     peers: dict[str, str] = {}
     for n in range(rounds):
         for case, payload in CLOSING_CASES.items():
-            raw = Raw(b)
+            raw = Wire(b.port)
             try:
-                raw.send(payload())
+                raw.send_raw(payload())
                 closed, sent_back = raw.closed_by_broker(timeout=5)
                 assert closed, f"{case}: connection still open"
                 assert sent_back == b"", f"{case}: broker answered {sent_back[:40]!r} instead"
@@ -304,11 +259,11 @@ def _closing_cases(b: BrokerProcess, rounds: int = 5) -> dict[str, str]:
 
 
 def _api_versions_unsupported(b: BrokerProcess) -> None:
-    raw = Raw(b)
+    raw = Wire(b.port)
     try:
         # What a newer client sends: a flexible header and a v3-shaped body, at version 99.
         body = b"\x06newer\x041.0\x00"
-        raw.send(framed(request_header(18, 99, 77, flexible=True) + body))
+        raw.send_raw(framed(request_header(18, 99, 77, flexible=True) + body))
         frame = raw.read_frame()
         (correlation_id,) = struct.unpack_from(">i", frame)
         assert correlation_id == 77
@@ -326,7 +281,7 @@ def _api_versions_unsupported(b: BrokerProcess) -> None:
         req = ApiVersionsRequest[3](client_software_name="bad-input-test",
                                     client_software_version="1.0")
         req.with_header(correlation_id=78, client_id="bad-input-test")
-        raw.send(req.encode(header=True, framed=True))
+        raw.send_raw(req.encode(header=True, framed=True))
         frame = raw.read_frame()
         assert struct.unpack_from(">i", frame) == (78,)
         ok = ApiVersionsResponse.decode(frame[4:], version=3)
@@ -337,7 +292,7 @@ def _api_versions_unsupported(b: BrokerProcess) -> None:
 
 
 def _bad_batches(b: BrokerProcess, topic: str) -> None:
-    raw = Raw(b)
+    raw = Wire(b.port)
     try:
         good = _batch()
         part = _produce(raw, topic, good, 100)

@@ -16,8 +16,6 @@ that answered early would be caught. No broker code is changed.
 from __future__ import annotations
 
 import os
-import select
-import socket
 import struct
 import threading
 import time
@@ -52,54 +50,9 @@ from tests.support.clients import (
     wait_until,
     watermarks,
 )
-
-CLIENT_ID = "issue4-test"
+from tests.support.wire import CLIENT_ID, Wire  # noqa: F401  (shared with other tests)
 
 # -- raw wire helpers (shared with test_longpoll and test_fetch_sessions) --------------------
-
-
-class Wire:
-    """One raw TCP connection to the broker: encode requests, read whole frames, timed."""
-
-    def __init__(self, port: int, timeout: float = 10) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._buf = bytearray()
-
-    @staticmethod
-    def encode(request, correlation_id: int) -> bytes:
-        request.with_header(correlation_id=correlation_id, client_id=CLIENT_ID)
-        return bytes(request.encode(header=True, framed=True))
-
-    def send(self, request, correlation_id: int) -> None:
-        self.sock.sendall(self.encode(request, correlation_id))
-
-    def send_raw(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def readable(self, timeout: float) -> bool:
-        """Whether a byte of a response is waiting (or arrives within `timeout` seconds)."""
-        if self._buf:
-            return True
-        ready, _, _ = select.select([self.sock], [], [], timeout)
-        return bool(ready)
-
-    def read_frame(self) -> bytes:
-        """One response frame without its size prefix (correlation id first)."""
-        while True:
-            if len(self._buf) >= 4:
-                (size,) = struct.unpack_from(">i", self._buf)
-                if len(self._buf) >= 4 + size:
-                    frame = bytes(self._buf[4 : 4 + size])
-                    del self._buf[: 4 + size]
-                    return frame
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                raise ConnectionError("broker closed the connection")
-            self._buf += chunk
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def correlation_id_of(frame: bytes) -> int:
