@@ -173,6 +173,8 @@ class Log:
         self.recovery_point = 0
         self.last_flush_ms = _now_ms() if now_ms is None else now_ms
         self._closed = False
+        self._unsynced_snapshots: list[Path] = []  # written at roll, fsynced by the next flush
+        self.producer_state = ProducerStateManager(self.dir, topic, partition)
         self._load(clean_shutdown, recovery_point, log_start_offset, now_ms)
 
     @classmethod
@@ -247,6 +249,16 @@ class Log:
             self.recovery_point = self._next_offset
         else:
             self.recovery_point = max(min(recovery_point, self._next_offset), self.log_start_offset)
+        # After a clean shutdown the last snapshot is at the log end offset: nothing to scan.
+        # After a crash only data below the recovery point is known to be on disk, and with it
+        # the snapshots of that data.
+        self.producer_state.load(
+            self.segments,
+            self.log_start_offset,
+            self._next_offset,
+            self._next_offset if clean_shutdown else self.recovery_point,
+            recovery_point=self.recovery_point,
+        )
 
     def _index_interval(self) -> int:
         return self.config.index_interval_bytes
@@ -329,6 +341,28 @@ class Log:
                 f"message batch size is {info.size_in_bytes} bytes which exceeds the maximum "
                 f"configured segment size of {config.segment_bytes}"
             )
+        # Producer state first (Kafka's analyzeAndValidateProducerState): header fields only,
+        # one unpack and one dict lookup per batch of an idempotent producer.
+        producer_state = self.producer_state
+        producer_batches: list[tuple[int, int, int, int, int]] = []
+        for pos in info.positions:
+            delta, _ts, pid, epoch, first_seq = _PRODUCER_FIELDS.unpack_from(
+                records, pos + LAST_OFFSET_DELTA_OFFSET
+            )
+            if pid < 0:
+                continue
+            last_seq = increment_sequence(first_seq, delta)
+            # An earlier batch of this producer in the same append is what this one must
+            # follow (Kafka's updatedEntry); only appends of several batches have one.
+            pending = None
+            for _pos, p_pid, p_epoch, _first, p_last in reversed(producer_batches):
+                if p_pid == pid:
+                    pending = (p_epoch, p_last)
+                    break
+            duplicate = producer_state.check(pid, epoch, first_seq, last_seq, pending)
+            if duplicate is not None:
+                return self._duplicate_info(duplicate)
+            producer_batches.append((pos, pid, epoch, first_seq, last_seq))
         first_offset = self._next_offset
         log_append_time = now_ms if config.message_timestamp_type == LOG_APPEND_TIME else None
         last_offset = assign_offsets(
@@ -343,6 +377,18 @@ class Log:
         segment = self._maybe_roll(info.size_in_bytes, max_timestamp, last_offset, now_ms)
         segment.append(last_offset, max_timestamp, offset_of_max_timestamp, records)
         self._next_offset = last_offset + 1
+        if producer_batches:
+            for pos, pid, epoch, first_seq, last_seq in producer_batches:
+                delta, batch_max_ts = _PRODUCER_FIELDS.unpack_from(
+                    records, pos + LAST_OFFSET_DELTA_OFFSET
+                )[:2]
+                base = _INT64.unpack_from(records, pos)[0]
+                producer_state.update(
+                    pid,
+                    epoch,
+                    BatchMetadata(first_seq, last_seq, base, base + delta, batch_max_ts),
+                )
+        producer_state.map_end_offset = self._next_offset
         return AppendInfo(
             first_offset=first_offset,
             last_offset=last_offset,
@@ -351,6 +397,29 @@ class Log:
             num_records=info.num_records,
             size=info.size_in_bytes,
             offset_of_max_timestamp=offset_of_max_timestamp,
+        )
+
+    def _duplicate_info(self, batch: BatchMetadata) -> AppendInfo:
+        """The answer to a retried batch: its original offsets, nothing appended."""
+        logger.info(
+            "duplicate batch: answered with its original offsets",
+            topic=self.topic,
+            partition=self.partition,
+            first_offset=batch.first_offset,
+            last_offset=batch.last_offset,
+        )
+        log_append_time = (
+            batch.timestamp if self.config.message_timestamp_type == LOG_APPEND_TIME else -1
+        )
+        return AppendInfo(
+            first_offset=batch.first_offset,
+            last_offset=batch.last_offset,
+            log_append_time=log_append_time,
+            max_timestamp=batch.timestamp,
+            num_records=0,
+            size=0,
+            offset_of_max_timestamp=-1,
+            duplicate=True,
         )
 
     def _maybe_roll(
@@ -371,7 +440,9 @@ class Log:
     def roll(self, now_ms: int | None = None) -> LogSegment:
         """Start a new active segment at the log end offset (no-op if the active one is empty).
 
-        Unlike Kafka, the rolled segment is not flushed here; the flush policy covers it.
+        As Kafka, a producer snapshot is written at the new segment's base offset, so a
+        rebuild can start there; it is not fsynced here but by the next flush. Unlike Kafka,
+        the rolled segment is not flushed here; the flush policy covers it.
         """
         active = self.segments[-1]
         if active.size == 0:
@@ -382,6 +453,12 @@ class Log:
         with self._lock:
             self.segments.append(segment)
             self._bases.append(new_base)
+        producer_state = self.producer_state
+        producer_state.map_end_offset = new_base
+        path = producer_state.take_snapshot(sync=False, recovery_point=self.recovery_point)
+        if path is not None:
+            with self._lock:
+                self._unsynced_snapshots.append(path)
         logger.info(
             "rolled segment", topic=self.topic, partition=self.partition, base_offset=new_base
         )
@@ -512,6 +589,9 @@ class Log:
             del self._bases[: len(deletable)]
             for seg in deletable:
                 seg.delete()
+        # Kafka deletes the snapshots of deleted segments; producers whose last batch went
+        # with them are forgotten (see ProducerStateManager.on_log_start_offset_incremented).
+        self.producer_state.on_log_start_offset_incremented(self.log_start_offset)
         for seg in deletable:
             logger.info(
                 "deleted segment",
@@ -533,7 +613,7 @@ class Log:
         """
         with self._flush_lock:
             target = self._next_offset
-            if target <= self.recovery_point:
+            if target <= self.recovery_point and not self._unsynced_snapshots:
                 return
             fds: list[int] = []
             with self._lock:
@@ -543,12 +623,15 @@ class Log:
                 for seg in self.segments[start:]:
                     if not seg.closed:
                         fds.extend(seg.dup_fds())
+                snapshots, self._unsynced_snapshots = self._unsynced_snapshots, []
             try:
                 for fd in fds:
                     os.fsync(fd)
             finally:
                 for fd in fds:
                     os.close(fd)
+            if snapshots:
+                _fsync_files(snapshots)
             with self._lock:
                 if target > self.recovery_point:
                     self.recovery_point = target
@@ -559,6 +642,9 @@ class Log:
         if self._closed:
             return
         self.flush()
+        # Kafka's close: a snapshot at the log end offset, so the next start scans nothing.
+        self.producer_state.map_end_offset = self._next_offset
+        self.producer_state.take_snapshot(sync=True, recovery_point=self.recovery_point)
         with self._lock:
             for seg in self.segments:
                 seg.close()
@@ -578,8 +664,29 @@ class Log:
     def closed(self) -> bool:
         return self._closed
 
+    def producer_snapshot_offsets(self) -> list[int]:
+        """Offsets of the producer snapshot files on disk (tests, tools)."""
+        return list(self.producer_state.snapshots)
+
     def update_config(self, config: LogConfig) -> None:
         """Apply new settings (IncrementalAlterConfigs); they take effect on the next append."""
         self.config = config
         for seg in self.segments:
             seg.index_interval_bytes = config.index_interval_bytes
+
+
+def _fsync_files(paths: list[Path]) -> None:
+    """fsync files written without it (and their directory); files deleted since are skipped."""
+    synced = False
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        try:
+            os.fsync(fd)
+            synced = True
+        finally:
+            os.close(fd)
+    if synced:
+        fsync_dir(paths[0].parent)

@@ -167,8 +167,8 @@ class ProducerStateEntry:
 class ProducerStateManager:
     """Producer state of one partition directory, and its snapshot files.
 
-    Runs on the event loop; only ``unsynced_snapshots`` is handed to the flusher thread (the
-    owning Log takes and clears it under its lock).
+    Runs on the event loop. Snapshots written without fsync (at roll) are fsynced by the
+    owning Log's next flush.
     """
 
     def __init__(self, dir: Path, topic: str = "", partition: int = -1) -> None:
@@ -179,7 +179,6 @@ class ProducerStateManager:
         self.map_end_offset = 0
         self.last_snap_offset = 0
         self.snapshots: list[int] = []  # offsets of the snapshot files on disk, ascending
-        self.unsynced_snapshots: list[Path] = []  # written without fsync (roll)
         #: batch headers read by the last ``load`` (0 after a clean shutdown with a snapshot).
         self.scanned_batches = 0
         #: offset the last ``load`` started from (the snapshot's, or the log start offset).
@@ -246,7 +245,7 @@ class ProducerStateManager:
         return len(self.producers)
 
     # -- retention ------------------------------------------------------------------------------
-    def on_log_start_offset_incremented(self, log_start_offset: int, recovery_point: int) -> int:
+    def on_log_start_offset_incremented(self, log_start_offset: int) -> int:
         """Forget producers whose last batch is now below the log start offset, and snapshots
         below it; returns how many producers were removed.
 
@@ -276,8 +275,8 @@ class ProducerStateManager:
     def take_snapshot(self, *, sync: bool, recovery_point: int) -> Path | None:
         """Write the state at ``map_end_offset`` unless a snapshot there exists already.
 
-        Without ``sync`` the file is left for the next flush to fsync (``unsynced_snapshots``).
-        Old snapshots are then pruned (see ``retain_snapshots``).
+        Without ``sync`` the caller sees to the fsync. Old snapshots are then pruned (see
+        ``retain_snapshots``). Returns the file written, if any.
         """
         offset = self.map_end_offset
         if offset <= self.last_snap_offset:
@@ -287,8 +286,6 @@ class ProducerStateManager:
         if offset not in self.snapshots:
             insort(self.snapshots, offset)
         self.last_snap_offset = offset
-        if not sync:
-            self.unsynced_snapshots.append(path)
         self.retain_snapshots(recovery_point)
         return path
 
@@ -358,7 +355,9 @@ class ProducerStateManager:
             try:
                 entries = read_snapshot(path, offset)
             except (CorruptSnapshotError, OSError) as e:
-                logger.warning("deleting unreadable producer snapshot", path=str(path), reason=str(e))
+                logger.warning(
+                    "deleting unreadable producer snapshot", path=str(path), reason=str(e)
+                )
                 self._delete_snapshot(offset)
                 continue
             for entry in entries:
