@@ -105,6 +105,16 @@ class GroupMetadata:
             self.static_members[member.group_instance_id] = member.member_id
         self.new_member_added = True
 
+    def rename(self, old_id: str, new_id: str) -> None:
+        """A static member continues under a new member id, keeping its metadata."""
+        member = self.members.pop(old_id)
+        member.member_id = new_id
+        self.members[new_id] = member
+        if member.group_instance_id is not None:
+            self.static_members[member.group_instance_id] = new_id
+        if self.leader_id == old_id:
+            self.leader_id = new_id
+
     def remove(self, member_id: str) -> MemberMetadata | None:
         member = self.members.pop(member_id, None)
         self.pending_members.discard(member_id)

@@ -178,8 +178,13 @@ def test_static_member_restart_fences_the_old_instance(gbroker):
     new.send(join("static", instance="host-1"))
     j2 = JoinGroupResponse.decode(new.read_frame()[5:], version=9)
     assert j2.error_code == NONE and j2.member_id != j1.member_id
+    # KIP-345: no rebalance; the new instance syncs and gets the stored assignment back.
+    assert j2.generation_id == j1.generation_id
+    synced = new.request(sync("static", j2.generation_id, j2.member_id), SyncGroupResponse)
+    assert (synced.error_code, bytes(synced.assignment)) == (NONE, b"a")
     assert heartbeat(old, "static", j2.generation_id, j1.member_id, "host-1") == \
         FENCED_INSTANCE_ID
+    assert heartbeat(new, "static", j2.generation_id, j2.member_id, "host-1") == NONE
 
 
 def test_commits_survive_a_crash_and_delete_groups(gbroker):
