@@ -61,6 +61,7 @@ class GroupCoordinator:
         self.join_purgatory: Purgatory = Purgatory("join", timer)
         self.heartbeat_purgatory: Purgatory = Purgatory("heartbeat", timer)
         self.store = OffsetsStore(broker, cfg["offsets.topic.num.partitions"])
+        self.rebalances: dict[str, int] = {}  # rebalances started per group (metrics)
 
     def start(self) -> None:
         """Create the offsets topic if needed and rebuild every group from it."""
@@ -105,11 +106,9 @@ class GroupCoordinator:
         new_id = f"{client_id}-{uuid.uuid4()}"
         if instance_id is not None:
             old_id = group.static_members.get(instance_id)
-            if old_id is not None:
-                # A restarted static member takes over its old identity; the old one is fenced.
-                old = group.remove(old_id)
-                if old is not None:
-                    self._fence(old)
+            if old_id is not None and old_id in group.members:
+                return self._replace_static_member(group, old_id, new_id, rebalance_ms,
+                                                   session_ms, protocols)
         elif require_known_id:
             group.pending_members.add(new_id)
             op = DelayedPendingMember(self, group, new_id, session_ms)
@@ -118,6 +117,41 @@ class GroupCoordinator:
         member = MemberMetadata(new_id, instance_id, client_id, client_host, rebalance_ms,
                                 session_ms, protocol_type, protocols)
         return self._add_and_rebalance(group, member)
+
+    def _replace_static_member(
+        self, group: GroupMetadata, old_id: str, new_id: str, rebalance_ms: int,
+        session_ms: int, protocols: list[tuple[str, bytes]],
+    ) -> JoinResult | asyncio.Future[JoinResult]:
+        """A restarted static member takes over its identity and its assignment (KIP-345).
+
+        The old id is fenced; in a Stable group whose protocol stays the same nothing else
+        changes: no rebalance, the member syncs and gets its stored assignment back. The answer
+        names the leader as it was, so a replaced leader does not run the assignor again.
+        """
+        member = group.members[old_id]
+        previous_leader = group.leader_id or ""
+        member.heartbeat_satisfied = True  # end the old id's session op
+        self.heartbeat_purgatory.check_and_complete((group.group_id, old_id))
+        self._fence(member)
+        member.awaiting_join = member.awaiting_sync = None
+        group.rename(old_id, new_id)
+        member.rebalance_timeout_ms, member.session_timeout_ms = rebalance_ms, session_ms
+        unchanged = member.matches(protocols)
+        member.protocols = protocols
+        self._schedule_heartbeat(group, member)
+        log.info("static member replaced", group=group.group_id, instance=member.group_instance_id,
+                 old=old_id, new=new_id)
+        if group.is_(S.STABLE) and unchanged:
+            result = JoinResult(ErrorCode.NONE, group.generation_id, group.protocol_type,
+                                group.protocol_name, previous_leader, new_id, [])
+            fut: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+            stored = self.store.write(group.group_id,
+                                      [(group_key(group.group_id), group_value(group))])
+            stored.add_done_callback(lambda f: fut.set_result(
+                result if f.result() == ErrorCode.NONE
+                else JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id=new_id)))
+            return fut
+        return self._update_and_rebalance(group, member)
 
     def _join_known(
         self, group: GroupMetadata, member_id: str, instance_id: str | None, client_id: str,
@@ -175,6 +209,7 @@ class GroupCoordinator:
         else:
             op = DelayedJoin(self, group, group.max_rebalance_timeout())
         group.transition(S.PREPARING_REBALANCE)
+        self.rebalances[group.group_id] = self.rebalances.get(group.group_id, 0) + 1
         log.info("rebalance started", group=group.group_id, generation=group.generation_id,
                  reason=reason, members=len(group.members))
         self.park_join(op)
@@ -488,6 +523,7 @@ class GroupCoordinator:
             else:
                 group.transition(S.DEAD)
                 del self.groups[gid]
+                self.rebalances.pop(gid, None)
                 tombstones = [(offset_key(gid, t, p), None) for t, p in group.offsets]
                 writes.append(self.store.write(gid, [*tombstones, (group_key(gid), None)]))
                 results[gid] = ErrorCode.NONE
@@ -519,6 +555,7 @@ class GroupCoordinator:
             if not group.offsets:
                 group.transition(S.DEAD)
                 del self.groups[gid]
+                self.rebalances.pop(gid, None)
                 records.append((group_key(gid), None))
             self.store.write(gid, records)
             removed += len(expired)
