@@ -222,7 +222,10 @@ class GroupCoordinator:
         """The rebalance's join phase is over: drop laggards, start the next generation."""
         if not group.is_(S.PREPARING_REBALANCE):
             return
-        for member in [m for m in group.members.values() if m.awaiting_join is None]:
+        # Dynamic members that did not rejoin are gone; static ones stay until their session
+        # times out (KIP-345), so a restarting instance keeps its place.
+        for member in [m for m in group.members.values()
+                       if m.awaiting_join is None and m.group_instance_id is None]:
             self._remove_member(group, member)
         group.pending_members.clear()
         if not group.members:
