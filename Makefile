@@ -6,12 +6,12 @@ STAMP := $(VENV)/.installed
 
 KAFKAJS := tests/conformance/kafkajs
 
-.PHONY: install run test lint bench system-deps node-deps clean
+.PHONY: install run test lint bench system-deps java-deps node-deps pipeline-demo clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,pipeline]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -27,14 +27,25 @@ system-deps:
 	  (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat || \
 	   sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat); }
 
+# Java 17 for Spark (tests/pipeline, pipeline-demo); installed only when missing.
+# Slim images lack man1, which the JRE's postinst needs.
+java-deps:
+	@command -v java >/dev/null 2>&1 || { mkdir -p /usr/share/man/man1; \
+	  (apt-get update -qq || sudo apt-get update -qq) && \
+	  (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless || \
+	   sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless); }
+
 # kafkajs for the conformance suite, pinned by its package-lock.json.
 node-deps:
 	@if [ -f $(KAFKAJS)/package-lock.json ]; then \
 	  [ -d $(KAFKAJS)/node_modules ] && [ $(KAFKAJS)/node_modules -nt $(KAFKAJS)/package-lock.json ] || \
 	  npm ci --prefix $(KAFKAJS) --no-audit --no-fund --loglevel=error; fi
 
-test: install system-deps node-deps
+test: install system-deps java-deps node-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+pipeline-demo: install java-deps
+	$(BIN)/python -m pipeline.jobs.demo
 
 lint: install
 	$(BIN)/ruff check .
