@@ -11,7 +11,7 @@ KAFKAJS := tests/conformance/kafkajs
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,pipeline]'
+	$(BIN)/pip install -q -e '.[test,pipeline,bench]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -50,8 +50,9 @@ pipeline-demo: install java-deps
 lint: install
 	$(BIN)/ruff check .
 
+# The peer table of docs/benchmarks.md; the other benchmarks: python -m bench.<name> --json.
 bench: install
-	@echo "benchmarks: python -m bench.<name> --json (see docs/benchmarks.md)"
+	$(BIN)/python -m bench.peers --json --report
 
 clean:
 	rm -rf $(VENV) data
