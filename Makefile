@@ -20,12 +20,16 @@ run: install
 	mkdir -p data
 	$(BIN)/mini-broker config/server.properties --override log.dirs=./data
 
-# kcat comes from Debian; installed only when missing.
+# kcat and Prometheus (server and promtool) come from Debian; installed only when missing.
 system-deps:
 	@command -v kcat >/dev/null 2>&1 || { \
 	  (apt-get update -qq || sudo apt-get update -qq) && \
 	  (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat || \
 	   sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat); }
+	@command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || { \
+	  (apt-get update -qq || sudo apt-get update -qq) && \
+	  (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus || \
+	   sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus); }
 
 # Java 17 for Spark (tests/pipeline, pipeline-demo); installed only when missing.
 # Slim images lack man1, which the JRE's postinst needs.

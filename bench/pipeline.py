@@ -2,6 +2,7 @@
 
     python -m bench.pipeline --json [--records N] [--record-size 65536]
     python -m bench.pipeline --json --scenario longpoll [--seconds 10]
+    python -m bench.pipeline --json --metrics on,off --repeat 5 [--scrape-interval 1]
 
 `produce`: the broker starts twice (serial, then pipelined) with log.flush.interval.messages=1,
 so every batch is fsynced before its ack, as in the seed; one confluent-kafka producer
@@ -9,6 +10,15 @@ so every batch is fsynced before its ack, as in the seed; one confluent-kafka pr
 Send latency is the time from produce() to the delivery report.
 `longpoll`: end-to-end produce-to-consume latency at 1,000 records/s with fetch.wait.max.ms 500,
 which only a DelayedFetch completed by the append event can make small.
+`--metrics on,off`: the cost of metrics (issue 6). The produce scenario in pipelined mode, with
+metrics on (and a scraper reading /metrics every --scrape-interval seconds, as Prometheus would)
+and off (metrics.listener empty), back to back, --repeat times, alternating which goes first;
+each run prints its row, then one summary row with the medians and their ratio. With
+`--scenario requestpath` the same comparison runs in-process, without sockets or storage: N
+produce frames through Connection -> RequestChannel -> a handler answering a prebuilt response
+-> the sequencer -> a transport that drops the bytes, so the per-request cost of the network
+layer and of the metrics on it is measured alone (an upper bound of the relative cost: no
+append, no fsync, no client).
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ import statistics
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -35,27 +46,61 @@ def _pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(p / 100 * len(values)))]
 
 
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process (Linux /proc), None where unavailable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _create_topic(bootstrap: str, topic: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(10)
 
 
-def run_produce(mode: str, records: int, size: int, rate: int, extra: dict[str, str]) -> dict:
+class Scraper(threading.Thread):
+    """Reads the broker's /metrics every `interval` seconds, as Prometheus would."""
+
+    def __init__(self, port: int, interval: float) -> None:
+        super().__init__(daemon=True)
+        self.url = f"http://127.0.0.1:{port}/metrics"
+        self.interval = interval
+        self.stopped = threading.Event()
+        self.scrapes = 0
+        self.bytes = 0
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            with urllib.request.urlopen(self.url, timeout=10) as resp:
+                self.bytes = len(resp.read())
+            self.scrapes += 1
+
+
+def run_produce(mode: str, records: int, size: int, rate: int, extra: dict[str, str],
+                batch_size: int = 1 << 20, scrape_interval: float = 0.0) -> dict:
     """rate 0: as fast as the producer can (throughput); else records/s (latency at a load)."""
+    scraper: Scraper | None = None
     with tempfile.TemporaryDirectory() as tmp:
         broker = BrokerProcess(Path(tmp), {
             "request.processing.mode": mode, "log.flush.interval.messages": "1", **extra,
         }).start()
         try:
             _create_topic(broker.bootstrap, "bench")
+            if scrape_interval > 0 and broker.metrics_port:
+                scraper = Scraper(broker.metrics_port, scrape_interval)
+                scraper.start()
             producer = Producer({
                 "bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 1,
-                "batch.size": 1 << 20, "max.in.flight.requests.per.connection": 5,
+                "batch.size": batch_size, "max.in.flight.requests.per.connection": 5,
                 "message.max.bytes": 1 << 21, "queue.buffering.max.kbytes": 1 << 20,
             })
             payload = os.urandom(size)
             latencies: list[float] = []
             errors = 0
+            assert broker.proc is not None
+            cpu_before = _cpu_seconds(broker.proc.pid)
 
             def report(err, _msg, sent=0.0):  # type: ignore[no-untyped-def]
                 nonlocal errors
@@ -80,16 +125,140 @@ def run_produce(mode: str, records: int, size: int, rate: int, extra: dict[str, 
                 producer.poll(0)
             producer.flush(120)
             elapsed = time.perf_counter() - start
+            cpu_after = _cpu_seconds(broker.proc.pid)
         finally:
+            if scraper is not None:
+                scraper.stopped.set()
+                scraper.join(15)
             broker.stop()
     return {
         "scenario": "produce", "mode": mode, "records": records, "record_size": size,
-        "target_rate": rate,
+        "target_rate": rate, "batch_size": batch_size,
+        "metrics": "on" if broker.metrics_port else "off",
+        "scrapes": scraper.scrapes if scraper is not None else 0,
         "errors": errors, "seconds": round(elapsed, 3),
         "mb_per_s": round(records * size / elapsed / 1e6, 2),
+        "records_per_s": round(records / elapsed),
+        # The broker's CPU time over the run: steadier than throughput on a busy machine.
+        "broker_cpu_s": round(cpu_after - cpu_before, 3)
+        if cpu_before is not None and cpu_after is not None else None,
         **{f"p{k}_ms": round(_pct(latencies, v), 2)
            for k, v in (("50", 50), ("95", 95), ("99", 99), ("999", 99.9))},
     }
+
+
+def run_request_path(requests: int, metrics_on: bool) -> dict:
+    """The in-process request path, metrics on or off: seconds per request, no I/O."""
+    import asyncio
+    import gc
+    from types import SimpleNamespace
+
+    from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+    from broker.logging import configure
+    from broker.metrics import BrokerMetrics
+    from broker.network.connection import Connection
+    from broker.network.request_channel import RequestChannel
+
+    part = ProduceResponse.TopicProduceResponse.PartitionProduceResponse(
+        index=0, error_code=0, base_offset=0, log_append_time_ms=-1, log_start_offset=0,
+        record_errors=[], error_message=None)
+    response = ProduceResponse(responses=[ProduceResponse.TopicProduceResponse(
+        name="bench", partition_responses=[part])], throttle_time_ms=0)
+    req = ProduceRequest[9](transactional_id=None, acks=1, timeout_ms=1000, topic_data=[
+        ProduceRequest.TopicProduceData(name="bench", partition_data=[
+            ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=b"x" * 100)])])
+    frames = []
+    for i in range(requests):
+        req.with_header(correlation_id=i, client_id="bench")
+        frames.append(bytes(req.encode(header=True, framed=True)))
+
+    class NullTransport(asyncio.Transport):
+        def get_extra_info(self, name: str, default: object = None) -> object:
+            return ("127.0.0.1", 1) if name == "peername" else default
+
+        def write(self, data: bytes) -> None:  # type: ignore[override]
+            pass
+
+    configure("WARNING", "json")  # no "connection opened" line in the output
+    broker = SimpleNamespace(node_id=1, channel=None, replica_manager=None, coordinator=None)
+    metrics = BrokerMetrics(broker) if metrics_on else None  # type: ignore[arg-type]
+    channel = RequestChannel(1, 1 << 40, lambda r: response, metrics)
+    channel.submit = channel.handle  # type: ignore[method-assign]  # no queue hop: no loop
+    conn = Connection(channel, serial=False, max_frame=1 << 20)
+    conn.connection_made(NullTransport())
+    gc.collect()
+    # Timed in chunks of 500 requests; the fastest chunk is the figure (as timeit's minimum):
+    # on a shared machine a chunk that lost the CPU to another process is simply slower.
+    chunk = 500
+    chunks = []
+    for i in range(0, len(frames), chunk):
+        batch = frames[i:i + chunk]
+        start = time.perf_counter()
+        for f in batch:
+            conn.data_received(f)
+        chunks.append((time.perf_counter() - start) / len(batch))
+    assert conn.inflight == 0
+    return {"scenario": "requestpath", "metrics": "on" if metrics_on else "off",
+            "requests": requests, "us_per_request": round(min(chunks) * 1e6, 3),
+            "median_chunk_us_per_request": round(statistics.median(chunks) * 1e6, 3)}
+
+
+def run_metrics_overhead(args: argparse.Namespace, extra: dict[str, str]) -> None:
+    """Metrics on vs off, interleaved; prints each run, then the medians and their ratio."""
+    settings = args.metrics.split(",")
+    listener = {"on": "http://127.0.0.1:0/metrics", "off": ""}
+    mode = "pipelined" if "," in args.modes else args.modes
+    rows: dict[str, list[dict]] = {m: [] for m in settings}
+    for rep in range(args.repeat):
+        order = settings if rep % 2 == 0 else settings[::-1]
+        for setting in order:
+            if args.scenario == "requestpath":
+                row = run_request_path(args.records, setting == "on")
+            else:
+                row = run_produce(mode, args.records, args.record_size, args.rate,
+                                  {**extra, "metrics.listener": listener[setting]},
+                                  args.batch_size,
+                                  args.scrape_interval if setting == "on" else 0.0)
+            row["rep"] = rep
+            rows[setting].append(row)
+            print(json.dumps(row) if args.json else row, flush=True)
+    if args.scenario == "requestpath":
+        us = {m: min(r["us_per_request"] for r in rows[m]) for m in settings}
+        summary = {"scenario": "metrics_overhead_requestpath", "repeat": args.repeat,
+                   "requests": args.records,
+                   **{f"min_us_per_request_{m}": v for m, v in us.items()},
+                   **{f"median_us_per_request_{m}": statistics.median(
+                       r["us_per_request"] for r in rows[m]) for m in settings}}
+        if "on" in us and "off" in us:
+            summary["added_us_per_request"] = round(us["on"] - us["off"], 3)
+            summary["ratio_on_off"] = round(us["on"] / us["off"], 4)
+        print(json.dumps(summary) if args.json else summary, flush=True)
+        return
+    medians = {m: statistics.median(r["mb_per_s"] for r in rows[m]) for m in settings}
+    summary: dict = {
+        "scenario": "metrics_overhead", "mode": mode, "repeat": args.repeat,
+        "records": args.records, "record_size": args.record_size,
+        "batch_size": args.batch_size, "scrape_interval_s": args.scrape_interval,
+        **{f"median_mb_per_s_{m}": round(v, 2) for m, v in medians.items()},
+        **{f"median_p99_ms_{m}": statistics.median(r["p99_ms"] for r in rows[m])
+           for m in settings},
+    }
+    cpu = {m: statistics.median(r["broker_cpu_s"] for r in rows[m]) for m in settings
+           if all(r["broker_cpu_s"] is not None for r in rows[m])}
+    for m, v in cpu.items():
+        summary[f"median_broker_cpu_us_per_record_{m}"] = round(v / args.records * 1e6, 3)
+    if "on" in medians and "off" in medians:
+        summary["ratio_on_off"] = round(medians["on"] / medians["off"], 4)
+        summary["overhead_pct"] = round((1 - medians["on"] / medians["off"]) * 100, 2)
+        # Each repetition runs on and off back to back: the median of the per-repetition
+        # ratios cancels drift in the machine's load better than the ratio of medians.
+        pairs = [a["mb_per_s"] / b["mb_per_s"] for a, b in zip(rows["on"], rows["off"],
+                                                              strict=True)]
+        summary["median_paired_ratio_on_off"] = round(statistics.median(pairs), 4)
+    if "on" in cpu and "off" in cpu:
+        summary["cpu_ratio_on_off"] = round(cpu["on"] / cpu["off"], 4)
+    print(json.dumps(summary) if args.json else summary, flush=True)
 
 
 def run_longpoll(mode: str, seconds: float, rate: int) -> dict:
@@ -142,7 +311,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true", help="one JSON object per line")
-    ap.add_argument("--scenario", choices=["produce", "longpoll"], default="produce")
+    ap.add_argument("--scenario", choices=["produce", "longpoll", "requestpath"],
+                    default="produce")
     ap.add_argument("--modes", default="serial,pipelined")
     ap.add_argument("--records", type=int, default=2000)
     ap.add_argument("--record-size", type=int, default=65536)
@@ -150,11 +320,22 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=0,
                     help="records/s (produce: 0 = unthrottled; longpoll: default 1000)")
     ap.add_argument("--override", action="append", default=[], metavar="key=value")
+    ap.add_argument("--batch-size", type=int, default=1 << 20,
+                    help="producer batch.size (produce scenario)")
+    ap.add_argument("--metrics", default="",
+                    help="on,off: metrics overhead, pipelined produce with and without metrics")
+    ap.add_argument("--repeat", type=int, default=5, help="runs per setting (--metrics)")
+    ap.add_argument("--scrape-interval", type=float, default=1.0,
+                    help="seconds between scrapes while metrics are on (0: none)")
     args = ap.parse_args()
     extra = dict(o.split("=", 1) for o in args.override)
+    if args.metrics:
+        run_metrics_overhead(args, extra)
+        return
     for mode in args.modes.split(","):
         if args.scenario == "produce":
-            row = run_produce(mode, args.records, args.record_size, args.rate, extra)
+            row = run_produce(mode, args.records, args.record_size, args.rate, extra,
+                              args.batch_size)
         else:
             row = run_longpoll(mode, args.seconds, args.rate or 1000)
         print(json.dumps(row) if args.json else row, flush=True)

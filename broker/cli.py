@@ -43,12 +43,12 @@ async def _serve(config: BrokerConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    configure()
     try:
         config = BrokerConfig.from_properties(args.config, args.override)
     except (ConfigError, OSError) as exc:
         print(f"mini-broker: {exc}", file=sys.stderr)
         return 2
+    configure(config["log.level"], config["log.format"])
     uvloop.run(_serve(config))
     return 0
 

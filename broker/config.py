@@ -29,6 +29,13 @@ def _list(v: str) -> list[str]:
     return [p.strip() for p in v.split(",") if p.strip()]
 
 
+def _level(v: str) -> str:
+    level = v.strip().upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        raise ValueError("expected DEBUG, INFO, WARNING, ERROR or CRITICAL")
+    return level
+
+
 def _choice(*options: str) -> Callable[[str], str]:
     def parse(v: str) -> str:
         if v.strip() not in options:
@@ -92,6 +99,12 @@ KEYS: dict[str, Key] = {
             "How often expired offsets are looked for.", min=1),
         Key("request.processing.mode", _choice("pipelined", "serial"), "pipelined",
             "pipelined (AutoMQ) or serial (Kafka's mute-until-response)."),
+        # Ours, not Kafka's (Kafka exposes JMX): the Prometheus endpoint and the log output.
+        Key("metrics.listener", str.strip, "http://127.0.0.1:9404/metrics",
+            "Prometheus endpoint http://host:port/path (port 0: ephemeral; empty: no metrics)."),
+        Key("log.format", _choice("", "json", "console"), "",
+            "json or console (unset: console on a terminal, json otherwise)."),
+        Key("log.level", _level, "INFO", "DEBUG, INFO, WARNING or ERROR."),
     )
 }
 
@@ -111,6 +124,12 @@ class BrokerConfig:
     @property
     def listener(self) -> tuple[str, int]:
         return parse_listener(self["listeners"][0], "listeners")
+
+    @property
+    def metrics_listener(self) -> tuple[str, int, str] | None:
+        """(host, port, path) of the metrics endpoint, or None when metrics are off."""
+        text = self["metrics.listener"]
+        return parse_metrics_listener(text) if text else None
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -152,6 +171,8 @@ def _parse(key: Key, text: str) -> Any:
     if key.name in ("listeners", "advertised.listeners"):
         for item in value:
             parse_listener(item, key.name)
+    if key.name == "metrics.listener" and value:
+        parse_metrics_listener(value)
     return value
 
 
@@ -162,6 +183,17 @@ def parse_listener(text: str, key: str) -> tuple[str, int]:
     if not sep or proto.upper() != "PLAINTEXT" or not port.isdigit():
         raise ConfigError(f"invalid value {text!r} for {key}: expected PLAINTEXT://host:port")
     return host.strip("[]"), int(port)
+
+
+def parse_metrics_listener(text: str) -> tuple[str, int, str]:
+    """http://host:port/path -> (host, port, path); the path defaults to /metrics."""
+    proto, sep, rest = text.strip().partition("://")
+    hostport, slash, path = rest.partition("/")
+    host, _, port = hostport.rpartition(":")
+    if not sep or proto.lower() != "http" or not host or "@" in host or not port.isdigit():
+        raise ConfigError(
+            f"invalid value {text!r} for metrics.listener: expected http://host:port/path")
+    return host.strip("[]"), int(port), "/" + path if slash and path else "/metrics"
 
 
 def read_properties(path: Path) -> dict[str, str]:

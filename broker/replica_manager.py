@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import structlog
 
-from broker.log.log import AppendInfo
+from broker.log.log import AppendInfo, Log
+from broker.metrics import Histogram
 from broker.partition import Partition
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import check_produce_request_version
@@ -49,6 +50,10 @@ class ReplicaManager:
         self._flush_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="flusher")
         self._flush_tasks: set[asyncio.Task[None]] = set()
         self.flush_interval_ms = flush_interval_ms
+        # Metrics, read at scrape time: fsync durations (observed on the loop), and each
+        # partition's log end offset when it was opened (messages in = its growth since).
+        self.flush_time = Histogram()
+        self.opened_at: dict[TopicPartition, int] = {}
 
     # -- produce ----------------------------------------------------------------------------
     def append_records(
@@ -104,7 +109,10 @@ class ReplicaManager:
             while True:
                 partition.flush_again = False
                 end_offset, end_bytes = partition.log_end_offset, partition.appended_bytes
-                await loop.run_in_executor(self._flush_executor, partition.log.flush)
+                elapsed = await loop.run_in_executor(self._flush_executor, _timed_flush,
+                                                     partition.log)
+                if elapsed is not None:
+                    self.flush_time.observe(elapsed)
                 if partition.hw_gated_by_flush and partition.advance_high_watermark(
                     end_offset, end_bytes
                 ):
@@ -131,7 +139,9 @@ class ReplicaManager:
             await asyncio.gather(*self._flush_tasks, return_exceptions=True)
         loop = asyncio.get_running_loop()
         for p in list(self.partitions.values()):
-            await loop.run_in_executor(self._flush_executor, p.log.flush)
+            elapsed = await loop.run_in_executor(self._flush_executor, _timed_flush, p.log)
+            if elapsed is not None:
+                self.flush_time.observe(elapsed)
 
     def on_high_watermark(self, partition: Partition) -> None:
         key = partition.key
@@ -141,10 +151,12 @@ class ReplicaManager:
     # -- partitions -----------------------------------------------------------------------------
     def add_partition(self, partition: Partition) -> None:
         self.partitions[partition.key] = partition
+        self.opened_at[partition.key] = partition.log_end_offset
 
     def remove_partition(self, tp: TopicPartition) -> Partition | None:
         """Drop a partition; requests parked on it complete now with an error."""
         partition = self.partitions.pop(tp, None)
+        self.opened_at.pop(tp, None)
         self.produce_purgatory.check_and_complete(tp)
         self.fetch_purgatory.check_and_complete(tp)
         return partition
@@ -159,3 +171,13 @@ class ReplicaManager:
 
     def shutdown(self) -> None:
         self._flush_executor.shutdown(wait=True)
+
+
+def _timed_flush(log: Log) -> float | None:
+    """Log.flush on a flusher thread; its duration when it made something durable (an fsync
+    happened), else None."""
+    before = log.recovery_point
+    started = time.monotonic()
+    log.flush()
+    elapsed = time.monotonic() - started
+    return elapsed if log.recovery_point > before else None

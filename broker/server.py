@@ -17,6 +17,7 @@ from broker.fetch_session import FetchSessionCache
 from broker.group.coordinator import GroupCoordinator
 from broker.log.log import LogConfig
 from broker.log.manager import LogManager
+from broker.logging import redact
 from broker.metadata import (
     TOPIC_CONFIG_DEFAULTS,
     MetadataStore,
@@ -24,6 +25,7 @@ from broker.metadata import (
     validate_topic_configs,
     validate_topic_name,
 )
+from broker.metrics import BrokerMetrics, MetricsServer
 from broker.network.connection import Connection
 from broker.network.request_channel import Request, RequestChannel
 from broker.partition import Partition
@@ -49,6 +51,8 @@ class Broker:
         self.channel: RequestChannel | None = None
         self.server: asyncio.base_events.Server | None = None
         self.port = 0
+        self.metrics: BrokerMetrics | None = None
+        self.metrics_server: MetricsServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
 
@@ -158,10 +162,17 @@ class Broker:
                 self._open_partition(info, index, create=False)
         self.coordinator = GroupCoordinator(self, timer)
         self.coordinator.start()
+        metrics_listener = self.config.metrics_listener
+        if metrics_listener is not None:
+            self.metrics = BrokerMetrics(self)
         self.channel = RequestChannel(
-            self.config["num.io.threads"], self.config["queued.max.request.bytes"], self._dispatch
+            self.config["num.io.threads"], self.config["queued.max.request.bytes"], self._dispatch,
+            self.metrics,
         )
         self.channel.start()
+        if self.metrics is not None and metrics_listener is not None:
+            self.metrics_server = MetricsServer(self.metrics, *metrics_listener)
+            await self.metrics_server.start()
         host, port = self.config.listener
         serial = self.config["request.processing.mode"] == "serial"
         max_frame = self.config["socket.request.max.bytes"]
@@ -176,9 +187,12 @@ class Broker:
         self._tasks.append(asyncio.create_task(self._offsets_retention_loop()))
         if self.config["log.flush.interval.ms"] < 2**63 - 1:
             self._tasks.append(asyncio.create_task(self.rm.run_time_flusher()))
+        ms = self.metrics_server
         log.info("broker started", host=host, port=self.port, node_id=self.node_id,
                  topics=len(self.metadata.topics),
-                 config={k: v for k, v in self.config.items()})
+                 metrics=ms.url if ms is not None else None,
+                 metrics_port=ms.port if ms is not None else None,
+                 config=redact(dict(self.config.items())))
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -232,6 +246,8 @@ class Broker:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
         if self.replica_manager is not None:
             await self.rm.flush_all()
             self.rm.timer.close()

@@ -68,6 +68,14 @@ class Purgatory(Generic[Op]):
         self._purge_pace = 1  # watches per purge step in the current cycle
         self._purge_countdown = 0
         self._last_purged = 0
+        # Observability counters (plain ints, moved on the loop): operations that completed at
+        # their first check and never waited, that waited and completed on an event, and that
+        # went into the timer; entries dropped from watcher lists by purges. Expirations are
+        # counted by the timer on this purgatory's TaskCounter (``expired``).
+        self.completed_immediately = 0
+        self.completed_by_event = 0
+        self.parked = 0
+        self.purged_entries = 0
 
     # -- gauges (Kafka: PurgatorySize, NumDelayedOperations) --------------------------------
 
@@ -87,6 +95,11 @@ class Purgatory(Generic[Op]):
         """Keys with a watcher list (empty lists are removed)."""
         return len(self._watchers)
 
+    @property
+    def expired(self) -> int:
+        """Operations of this purgatory the timer expired (their deadline came first)."""
+        return self._counter.expired
+
     # -- operations --------------------------------------------------------------------------
 
     def try_complete_else_watch(self, op: Op, keys: Iterable[Hashable]) -> bool:
@@ -97,6 +110,7 @@ class Purgatory(Generic[Op]):
         watch cannot be missed. True iff the operation completed here.
         """
         if op.try_complete():
+            self.completed_immediately += 1
             return True
         watchers = self._watchers
         watched_any = False
@@ -113,11 +127,13 @@ class Purgatory(Generic[Op]):
             raise ValueError("an operation needs at least one watch key")
         self.estimated_total += 1
         if op.try_complete():
+            self.completed_by_event += 1
             return True
         counter = self._counter
         if not op._completed:
             # Adding to the timer never runs a task inline, so op cannot complete during add().
             self._timer_add(op, counter)
+            self.parked += 1
         if self._purge_keys:
             self._purge_countdown -= 1
             if self._purge_countdown <= 0:
@@ -148,6 +164,7 @@ class Purgatory(Generic[Op]):
             elif op.try_complete():
                 completed += 1
         if completed or stale:
+            self.completed_by_event += completed
             current = watchers.get(key)
             if current is not None:  # else cancel_for_key dropped the key meanwhile
                 live = [op for op in current if not op._completed]
@@ -210,6 +227,7 @@ class Purgatory(Generic[Op]):
             else:
                 del watchers[key]
         self._last_purged += purged
+        self.purged_entries += purged
         if pos >= len(keys):
             self._purge_keys = []
             pos = 0

@@ -32,6 +32,7 @@ import heapq
 import itertools
 import logging
 import math
+from bisect import bisect_left
 from math import ceil
 
 from purgatory.clock import Clock, LoopClock
@@ -39,6 +40,9 @@ from purgatory.timer_task_list import TaskCounter, TimerTask, TimerTaskList
 from purgatory.timing_wheel import TimingWheel
 
 log = logging.getLogger(__name__)
+
+# Upper bounds (ms) of the expiration-lateness histogram; the last count is for "above".
+LATENESS_BOUNDS_MS = (0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
 
 
 class Timer:
@@ -79,6 +83,13 @@ class Timer:
         self._closed = False
         self.callbacks_scheduled = 0
         self.callbacks_fired = 0
+        # Counters for observability, plain ints moved on the event loop only: tasks put back
+        # into a finer wheel when their coarse bucket came due (Kafka's cascades), and how late
+        # each expired task ran (now - deadline, ms; negatives count as 0) as histogram counts
+        # over LATENESS_BOUNDS_MS plus their sum.
+        self.reinsertions = 0
+        self.lateness_counts = [0] * (len(LATENESS_BOUNDS_MS) + 1)
+        self.lateness_sum_ms = 0.0
 
     # -- public API -------------------------------------------------------------------------
 
@@ -201,6 +212,10 @@ class Timer:
         """
         wheel_add = self.wheel.add
         root = bucket._root
+        now = self._time()
+        lateness = self.lateness_counts
+        late_sum = 0.0
+        reinserted = 0
         while True:
             entry = root._next
             if entry is root or entry is None:
@@ -209,13 +224,24 @@ class Timer:
             root._next = nxt
             nxt._prev = root  # type: ignore[union-attr]
             entry._next = entry._prev = entry._list = None
-            entry._counter.n -= 1  # type: ignore[union-attr]
-            if not wheel_add(entry):
-                try:
-                    entry.run()  # type: ignore[attr-defined]
-                except Exception:
-                    log.exception("timer task %r failed", entry)
+            counter = entry._counter
+            counter.n -= 1  # type: ignore[union-attr]
+            if wheel_add(entry):
+                reinserted += 1
+                continue
+            counter.expired += 1  # type: ignore[union-attr]
+            late = now - entry.expiration_ms
+            if late < 0.0:
+                late = 0.0
+            lateness[bisect_left(LATENESS_BOUNDS_MS, late)] += 1
+            late_sum += late
+            try:
+                entry.run()  # type: ignore[attr-defined]
+            except Exception:
+                log.exception("timer task %r failed", entry)
         bucket.expiration = None
+        self.reinsertions += reinserted
+        self.lateness_sum_ms += late_sum
 
     def _run_due(self) -> None:
         """Loop callback for tasks that were already due when added."""
@@ -223,10 +249,16 @@ class Timer:
         due = self._due
         due.handle = None
         # Only what is there now: tasks added while these run get their own callback.
+        now = self._time()
         for _ in range(len(due)):
             entry = due.pop()
             if entry is None:
                 break
+            if entry._counter is not None:
+                entry._counter.expired += 1
+            late = max(now - entry.expiration_ms, 0.0)
+            self.lateness_counts[bisect_left(LATENESS_BOUNDS_MS, late)] += 1
+            self.lateness_sum_ms += late
             try:
                 entry.run()  # type: ignore[attr-defined]
             except Exception:

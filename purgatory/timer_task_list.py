@@ -29,12 +29,17 @@ class Cancellable(Protocol):
 
 
 class TaskCounter:
-    """A mutable count shared by the buckets: Python ints cannot be shared by reference."""
+    """A mutable count shared by the buckets: Python ints cannot be shared by reference.
 
-    __slots__ = ("n",)
+    ``expired`` counts this owner's tasks the timer ran (deadline reached, never cancelled):
+    a purgatory's expirations, kept here because only the timer sees them.
+    """
+
+    __slots__ = ("n", "expired")
 
     def __init__(self) -> None:
         self.n = 0
+        self.expired = 0
 
     def __repr__(self) -> str:
         return f"TaskCounter({self.n})"

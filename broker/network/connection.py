@@ -3,6 +3,14 @@
 It parses frames continuously and hands each request to the RequestChannel without waiting for
 its response; responses come back through the sequencer in request order. Reading pauses while
 any mute reason is set (memory, in-flight cap, serial mode) and resumes when all are clear.
+
+With metrics on, the write of each response is timed. What asyncio lets us see: the
+``transport.write`` call (uvloop buffers small writes and sends them at the end of the loop
+iteration, so for those this is the hand-over, microseconds), and, when the transport's buffer
+passes its high-water mark (64 KiB, a slow reader or a big fetch), pause_writing and then
+resume_writing once it drained: responses written meanwhile count as sent only then. The
+high-water mark is left at its default on purpose: lowering it to 0 to observe every send
+would make uvloop write each response at once instead of coalescing them.
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ import itertools
 import time
 from collections import deque
 from enum import IntFlag
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -50,6 +58,10 @@ class Connection(asyncio.Protocol):
         self._pending: deque[bytes] = deque()  # parsed frames not yet dispatched (serial mode)
         self.inflight = 0
         self.sequencer = ResponseSequencer(self._write, self._on_sent)
+        self._timed = channel.metrics is not None
+        self._write_started = 0.0
+        self._draining = False  # the transport holds unsent bytes (metrics on only)
+        self._undrained: list[tuple[Any, float, float, float]] = []
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -57,6 +69,7 @@ class Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.channel.register(self)
+        log.info("connection opened", peer=self.peer, channel=self.channel_id)
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
@@ -121,22 +134,50 @@ class Connection(asyncio.Protocol):
             self.set_mute(MuteReason.INFLIGHT)
         return Request(self, header, spec, body, slot, size, time.monotonic())
 
-    def finish(self, request: Request, payload: bytes | None) -> None:
-        """Called by the channel when a request is done (payload None: no response)."""
-        if request.slot is None:
+    def finish(self, request: Request, payload: bytes | None, ready: float = 0.0) -> None:
+        """Called by the channel when a request is done (payload None: no response);
+        ``ready`` is when the response was built (metrics)."""
+        slot = request.slot
+        if slot is None:
             self.channel.release(request.size)
+            if request.stats is not None:
+                request.stats.sent(request.received, ready, ready, ready)
             if not self.closed:
                 self._done_one()
         elif not self.closed:
-            self.sequencer.complete(request.slot, payload or b"")
+            if request.stats is not None:
+                slot.stats = request.stats
+                slot.received = request.received
+                slot.ready = ready
+            self.sequencer.complete(slot, payload or b"")
 
     def _write(self, payload: bytes) -> None:
         if self.transport is not None and not self.closed:
+            if self._timed:
+                self._write_started = time.monotonic()
             self.transport.write(payload)
 
     def _on_sent(self, slot: Slot) -> None:
         self.channel.release(slot.size)
+        stats = slot.stats
+        if stats is not None:
+            if self._draining:
+                self._undrained.append((stats, slot.received, slot.ready, self._write_started))
+            else:
+                stats.sent(slot.received, slot.ready, self._write_started, time.monotonic())
         self._done_one()
+
+    # -- write flow: the transport's buffer passed its high-water mark, then drained ---------
+    def pause_writing(self) -> None:
+        self._draining = True
+
+    def resume_writing(self) -> None:
+        self._draining = False
+        if self._undrained:
+            end = time.monotonic()
+            undrained, self._undrained = self._undrained, []
+            for stats, received, ready, started in undrained:
+                stats.sent(received, ready, started, end)
 
     def _done_one(self) -> None:
         self.inflight -= 1
@@ -148,6 +189,9 @@ class Connection(asyncio.Protocol):
 
     # -- mute flags ------------------------------------------------------------------------
     def set_mute(self, reason: MuteReason) -> None:
+        if not self.mute & reason:
+            events = self.channel.mute_events
+            events[reason] = events.get(reason, 0) + 1
         self.mute |= reason
         if not self._paused and self.transport is not None:
             self._paused = True

@@ -4,6 +4,11 @@ One queue per connection keeps validation and offset assignment in arrival order
 while different connections proceed on different handler tasks. A handler may return a
 response, None (acks=0), or an awaitable that finishes later (parked in a purgatory, or waiting
 for an fsync); the handler moves on at once and the sequencer puts the response in its place.
+
+Each request is timed through its phases (see broker/metrics.py) when metrics are on:
+``received`` (parsed), ``dequeued`` (a handler took it), ``local_done`` (the handler returned
+an awaitable: parked; 0.0 when it answered at once), then the response is ready here and the
+connection times the write.
 """
 
 from __future__ import annotations
@@ -17,15 +22,21 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from kafka.protocol.api_message import ApiMessage
 
+from broker.logging import debug_enabled
 from broker.network.connection import MuteReason
 from broker.network.sequencer import Slot
 from protocol.framing import RequestHeaderView, encode_response
 from protocol.registry import API_VERSIONS_KEY, ApiSpec
 
 if TYPE_CHECKING:
+    from broker.metrics import BrokerMetrics, RequestStats
     from broker.network.connection import Connection
 
 log = structlog.get_logger("broker.network")
+
+SLOW_REQUEST_MS = 1000
+# APIs whose requests wait by design (long poll, rebalance): slow only if their own work is.
+_WAITS_BY_DESIGN = frozenset({1, 11, 14})  # Fetch, JoinGroup, SyncGroup
 
 HandlerResult = ApiMessage | Awaitable[ApiMessage | None] | None
 Handler = Callable[["Request"], HandlerResult]
@@ -40,6 +51,9 @@ class Request:
     slot: Slot | None
     size: int
     received: float
+    dequeued: float = 0.0
+    local_done: float = 0.0  # set only when the handler returned an awaitable (parked)
+    stats: RequestStats | None = None  # metrics on: this request's (API, version) counters
 
     @property
     def version(self) -> int:
@@ -47,7 +61,8 @@ class Request:
 
 
 class RequestChannel:
-    def __init__(self, num_queues: int, max_queued_bytes: int, dispatch: Handler) -> None:
+    def __init__(self, num_queues: int, max_queued_bytes: int, dispatch: Handler,
+                 metrics: BrokerMetrics | None = None) -> None:
         self.queues: list[asyncio.Queue[Request | None]] = [
             asyncio.Queue() for _ in range(num_queues)
         ]
@@ -58,6 +73,10 @@ class RequestChannel:
         self._dispatch = dispatch
         self._tasks: list[asyncio.Task[None]] = []
         self._pending: set[asyncio.Future[Any]] = set()
+        self.metrics = metrics
+        self.connections_opened = 0
+        self.mute_events: dict[MuteReason, int] = {}  # times each reason was set
+        self._debug = debug_enabled()
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._handler_loop(q)) for q in self.queues]
@@ -78,6 +97,7 @@ class RequestChannel:
     # -- connections and memory --------------------------------------------------------------
     def register(self, conn: Connection) -> None:
         self.connections.add(conn)
+        self.connections_opened += 1
 
     def unregister(self, conn: Connection) -> None:
         self.connections.discard(conn)
@@ -108,6 +128,15 @@ class RequestChannel:
             self.handle(request)
 
     def handle(self, request: Request) -> None:
+        request.dequeued = time.monotonic()
+        metrics = self.metrics
+        if metrics is not None:
+            # The stats of this (API, version), bound once: one dict lookup on an int.
+            header = request.header
+            stats = metrics.stats.get(header.api_key << 16 | header.api_version)
+            if stats is None or request.body is None:
+                stats = metrics.stats_for(request)
+            request.stats = stats
         try:
             result = self._dispatch(request)
         except Exception as exc:
@@ -116,6 +145,7 @@ class RequestChannel:
         if result is None or isinstance(result, ApiMessage):
             self._respond(request, result)
             return
+        request.local_done = time.monotonic()
         fut = asyncio.ensure_future(result)
         self._pending.add(fut)
         fut.add_done_callback(lambda f: self._finished(request, f))
@@ -132,7 +162,9 @@ class RequestChannel:
     def _respond(self, request: Request, response: ApiMessage | None) -> None:
         conn = request.connection
         if response is None or request.slot is None:
-            conn.finish(request, None)
+            now = time.monotonic()
+            self._completed(request, response, now)
+            conn.finish(request, None, now)
             return
         version = request.version if request.body is not None else 0
         try:
@@ -142,13 +174,49 @@ class RequestChannel:
             return
         # ApiVersions always answers with response header v0, so old clients can read it.
         flexible = request.spec.key != API_VERSIONS_KEY and request.spec.flexible(version)
-        conn.finish(request, encode_response(request.header.correlation_id, flexible, body))
-        elapsed_ms = (time.monotonic() - request.received) * 1000
-        if elapsed_ms > 1000 and request.spec.key not in (1,):
-            log.info("slow request", api=request.spec.name, ms=round(elapsed_ms))
+        payload = encode_response(request.header.correlation_id, flexible, body)
+        now = time.monotonic()
+        self._completed(request, response, now)
+        conn.finish(request, payload, now)
+
+    def _completed(self, request: Request, response: ApiMessage | None, now: float) -> None:
+        """Metrics, the slow-request line and the debug line, once the response is built."""
+        stats = request.stats
+        if stats is not None:
+            stats.completed(request, response, now)
+        elapsed_ms = (now - request.received) * 1000
+        if elapsed_ms > SLOW_REQUEST_MS or self._debug:
+            parked = request.local_done
+            remote_ms = (now - parked) * 1000 if parked else 0.0
+            if elapsed_ms > SLOW_REQUEST_MS and (
+                    request.spec.key not in _WAITS_BY_DESIGN
+                    or elapsed_ms - remote_ms > SLOW_REQUEST_MS):
+                log.info("slow request", **self._detail(request, now))
+            elif self._debug:
+                log.debug("request", **self._detail(request, now))
+
+    @staticmethod
+    def _detail(request: Request, now: float) -> dict[str, Any]:
+        """Per-request fields for the log: names, sizes and times, never the payload."""
+        parked = request.local_done
+        local_end = parked or now
+        conn = request.connection
+        return {
+            "api": request.spec.name, "version": request.version,
+            "correlation_id": request.header.correlation_id,
+            "client_id": request.header.client_id, "peer": conn.peer,
+            "channel": conn.channel_id, "bytes": request.size,
+            "queue_ms": round((request.dequeued - request.received) * 1000, 3),
+            "local_ms": round((local_end - request.dequeued) * 1000, 3),
+            "remote_ms": round((now - parked) * 1000, 3) if parked else 0.0,
+            "ms": round((now - request.received) * 1000, 3),
+        }
 
     def _fail(self, request: Request, exc: BaseException) -> None:
         log.error("request failed", api=request.spec.name, version=request.version,
                   exc_info=exc)
+        if request.stats is not None:
+            request.stats.failed()
+            request.stats = None  # counted; no latency for a request that got no answer
         request.connection.close(f"internal error handling {request.spec.name}")
         request.connection.finish(request, None)

@@ -8,14 +8,20 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 
 class Slot:
-    __slots__ = ("payload", "size")
+    __slots__ = ("payload", "size", "stats", "received", "ready")
 
     def __init__(self, size: int) -> None:
         self.payload: bytes | None = None
         self.size = size  # request bytes held until this response is written
+        # Metrics on: the request's stats and times (parsed, response ready), copied here
+        # rather than referencing the Request, which references this slot (no cycle).
+        self.stats: Any = None
+        self.received = 0.0
+        self.ready = 0.0
 
 
 class ResponseSequencer:

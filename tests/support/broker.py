@@ -16,8 +16,11 @@ class BrokerProcess:
 
     def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
-        self.overrides = {"log.dirs": str(data_dir / "logs"), **(overrides or {})}
+        # Metrics on an ephemeral port by default, so brokers never collide on 9404.
+        self.overrides = {"log.dirs": str(data_dir / "logs"),
+                          "metrics.listener": "http://127.0.0.1:0/metrics", **(overrides or {})}
         self.port = 0
+        self.metrics_port: int | None = None  # None when metrics are off
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir / "broker.log"
         self._log_offset = 0
@@ -41,6 +44,7 @@ class BrokerProcess:
             for line in self.new_log_lines():
                 if line.get("event") == "broker started":
                     self.port = line["port"]
+                    self.metrics_port = line.get("metrics_port")
                     return self
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_text()}")

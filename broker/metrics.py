@@ -1,0 +1,662 @@
+"""Prometheus metrics: cheap counters on the hot path, everything else read at scrape time.
+
+Three kinds of numbers, three costs:
+- per request: a ``RequestStats`` per (API key, version) is looked up once per request (one
+  dict get on an int) and holds plain ints and ``Histogram``s; nothing formats a label or
+  takes a lock on the request path. Latency is split the way Kafka's RequestMetrics splits it:
+  request queue (parsed -> a handler picks it up), local (the handler's own work), remote
+  (parked in a purgatory or waiting for an fsync), response queue (waiting in the connection's
+  sequencer behind earlier responses), response send (what asyncio lets us observe: the
+  ``transport.write`` call, or, when the transport's buffer passed its high-water mark, until
+  it drained; see broker/network/connection.py) and total;
+- counters kept by the code that already counts (purgatory, timer, channel, coordinator,
+  flusher), also plain ints;
+- gauges (purgatory sizes, log offsets, sizes, groups, lag, queue depths): computed by
+  ``BrokerCollector`` from broker state when Prometheus scrapes, never updated per request.
+
+The endpoint (``metrics.listener``) is an asyncio server on the broker's own loop, not
+prometheus_client's HTTP server thread: the collector reads dicts that only the loop mutates
+(partitions, watcher lists, groups), and reading them from another thread could catch one
+mid-change (``dict changed size during iteration``) or see a torn view. On the loop a scrape
+sees one consistent state; its cost (a few ms for thousands of series) is paid once per scrape
+interval, on its own listener, off the Kafka port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import time
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import choose_encoder, gzip_accepted
+from prometheus_client.registry import Collector
+
+from protocol.errors import ErrorCode
+from protocol.registry import APIS
+
+if TYPE_CHECKING:
+    from broker.network.request_channel import Request
+    from broker.server import Broker
+
+log = structlog.get_logger("broker.metrics")
+
+PREFIX = "minibroker"
+# Seconds; from 100 us (a metadata answer) to a minute (a JoinGroup waiting for a rebalance).
+LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                   0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+UNSUPPORTED = -1  # version label of an ApiVersions request of a version we do not serve
+
+
+class Histogram:
+    """Bucket counts and a sum, observed on the event loop only (so no lock).
+
+    prometheus_client's Histogram takes a lock per observation (about 1 us here, and six are
+    needed per request); this is a bisect and two additions.
+    """
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...] = LATENCY_BUCKETS) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def cumulative(self, scale: float = 1.0) -> list[tuple[str, float]]:
+        """Prometheus buckets: (le, count of observations <= le), ending with +Inf."""
+        out = []
+        total = 0
+        for bound, n in zip(self.bounds, self.counts, strict=False):
+            total += n
+            out.append((_float(bound * scale), total))
+        out.append(("+Inf", total + self.counts[-1]))
+        return out
+
+
+def _float(v: float) -> str:
+    return repr(float(v))
+
+
+class ApiTimings:
+    """Kafka's RequestMetrics for one API: one histogram per phase of a request's life."""
+
+    __slots__ = ("request_queue", "local", "remote", "response_queue", "response_send", "total")
+
+    def __init__(self) -> None:
+        self.request_queue = Histogram()
+        self.local = Histogram()
+        self.remote = Histogram()
+        self.response_queue = Histogram()
+        self.response_send = Histogram()
+        self.total = Histogram()
+
+
+class RequestStats:
+    """The pre-bound child of one (API, version): labels resolved once, plain ints after."""
+
+    __slots__ = ("api", "version", "requests", "errors", "timings", "_count_errors")
+
+    def __init__(self, api: str, version: int, timings: ApiTimings,
+                 count_errors: Callable[[Any, dict[int, int]], None]) -> None:
+        self.api = api
+        self.version = version
+        self.requests = 0
+        self.errors: dict[int, int] = {}
+        self.timings = timings
+        self._count_errors = count_errors
+
+    # Histogram.observe inlined below (bisect, then two additions): these two run once per
+    # request each, and a method call per phase would cost as much again.
+    def completed(self, request: Request, response: Any, now: float) -> None:
+        """The response is built (or there is none): count it and its error codes, and time
+        the request queue, local and remote phases."""
+        self.requests += 1
+        if response is not None:
+            self._count_errors(response, self.errors)
+        t = self.timings
+        dequeued = request.dequeued
+        v = dequeued - request.received
+        h = t.request_queue
+        h.counts[bisect_left(LATENCY_BUCKETS, v)] += 1
+        h.sum += v
+        parked = request.local_done
+        if parked:
+            v = parked - dequeued
+            h = t.local
+            h.counts[bisect_left(LATENCY_BUCKETS, v)] += 1
+            h.sum += v
+            v = now - parked
+            h = t.remote
+            h.counts[bisect_left(LATENCY_BUCKETS, v)] += 1
+            h.sum += v
+        else:
+            v = now - dequeued
+            h = t.local
+            h.counts[bisect_left(LATENCY_BUCKETS, v)] += 1
+            h.sum += v
+            t.remote.counts[0] += 1  # never parked: 0 s
+
+    def sent(self, received: float, ready: float, write_start: float, end: float) -> None:
+        """The response left (the socket took it all at ``end``)."""
+        t = self.timings
+        v = write_start - ready
+        h = t.response_queue
+        h.counts[bisect_left(LATENCY_BUCKETS, v)] += 1
+        h.sum += v
+        v = end - write_start
+        h = t.response_send
+        h.counts[bisect_left(LATENCY_BUCKETS, v)] += 1
+        h.sum += v
+        v = end - received
+        h = t.total
+        h.counts[bisect_left(LATENCY_BUCKETS, v)] += 1
+        h.sum += v
+
+    def failed(self) -> None:
+        """The handler raised: the connection is closed, Kafka counts it as an unknown error."""
+        self.requests += 1
+        code = int(ErrorCode.UNKNOWN_SERVER_ERROR)
+        self.errors[code] = self.errors.get(code, 0) + 1
+
+
+# -- error codes of a response ------------------------------------------------------------------
+
+ErrorTree = tuple[tuple[str, Any], ...]
+
+
+def _error_tree(fields: Any, version: int) -> ErrorTree:
+    """Paths to every ``error_code`` field of a message at ``version``, from its schema."""
+    out: list[tuple[str, Any]] = []
+    for f in fields:
+        lo, hi = getattr(f, "_versions", None) or (0, 32767)
+        if not lo <= version <= hi:
+            continue
+        if f.name == "error_code":
+            out.append((f.name, None))
+            continue
+        sub = getattr(f, "_fields", None)
+        if sub:
+            tree = _error_tree(sub, version)
+            if tree:
+                out.append((f.name, tree))
+    return tuple(out)
+
+
+def _walk(obj: Any, tree: ErrorTree, errors: dict[int, int]) -> None:
+    for name, sub in tree:
+        value = getattr(obj, name, None)
+        if value is None:
+            continue
+        if sub is None:
+            if value:
+                errors[value] = errors.get(value, 0) + 1
+        elif type(value) is list:
+            for item in value:
+                _walk(item, sub, errors)
+        else:
+            _walk(value, sub, errors)
+
+
+def _generic_counter(tree: ErrorTree) -> Callable[[Any, dict[int, int]], None]:
+    if not tree:
+        return lambda _response, _errors: None
+    return lambda response, errors: _walk(response, tree, errors)
+
+
+def _count_produce_errors(response: Any, errors: dict[int, int]) -> None:
+    """Produce, by hand (the hottest API): the error code of every partition."""
+    for t in response.responses:
+        for p in t.partition_responses:
+            code = p.error_code
+            if code:
+                errors[code] = errors.get(code, 0) + 1
+
+
+def _fetch_counter(version: int, bytes_out: dict[Any, int]
+                   ) -> Callable[[Any, dict[int, int]], None]:
+    """Fetch, by hand: its error codes, and the record bytes it returns per topic (bytes out;
+    keyed by topic id from v13, resolved to names at scrape time)."""
+    topic_attr = "topic_id" if version >= 13 else "topic"
+
+    def count(response: Any, errors: dict[int, int]) -> None:
+        code = response.error_code
+        if code:
+            errors[code] = errors.get(code, 0) + 1
+        for t in response.responses:
+            n = 0
+            for p in t.partitions:
+                code = p.error_code
+                if code:
+                    errors[code] = errors.get(code, 0) + 1
+                records = p.records
+                if records:
+                    n += len(records)
+            if n:
+                key = getattr(t, topic_attr)
+                bytes_out[key] = bytes_out.get(key, 0) + n
+
+    return count
+
+
+def _error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
+
+
+# -- the registry --------------------------------------------------------------------------------
+
+class BrokerMetrics:
+    """The broker's registry (its own, not prometheus_client's global one) and the per-request
+    stats the network layer records into."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.stats: dict[int, RequestStats] = {}  # (api key << 16 | version) -> stats
+        self.timings: dict[str, ApiTimings] = {}
+        self.topic_bytes_out: dict[Any, int] = {}
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(BrokerCollector(self))
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+
+    def stats_for(self, request: Request) -> RequestStats:
+        version = request.version if request.body is not None else UNSUPPORTED
+        key = request.spec.key << 16 | (version & 0xFFFF)
+        stats = self.stats.get(key)
+        if stats is None:
+            stats = self.stats[key] = self._new_stats(request.spec.key, version)
+        return stats
+
+    def _new_stats(self, api_key: int, version: int) -> RequestStats:
+        spec = APIS[api_key]
+        timings = self.timings.get(spec.name)
+        if timings is None:
+            timings = self.timings[spec.name] = ApiTimings()
+        if version == UNSUPPORTED:
+            counter = _generic_counter(_error_tree(spec.response._struct._fields, 0))
+        elif api_key == 0:
+            counter = _count_produce_errors
+        elif api_key == 1:
+            counter = _fetch_counter(version, self.topic_bytes_out)
+        else:
+            counter = _generic_counter(_error_tree(spec.response._struct._fields, version))
+        return RequestStats(spec.name, version, timings, counter)
+
+    def exposition(self, accept: str = "") -> tuple[bytes, str]:
+        encoder, content_type = choose_encoder(accept)
+        return encoder(self.registry), content_type
+
+
+def _version() -> str:
+    try:
+        return version("mini-broker")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+class BrokerCollector(Collector):
+    """Reads the broker's state when Prometheus scrapes; runs on the event loop."""
+
+    def __init__(self, metrics: BrokerMetrics) -> None:
+        self.metrics = metrics
+        self.version = _version()
+
+    def collect(self) -> Iterator[Metric]:
+        broker = self.metrics.broker
+        info = GaugeMetricFamily(f"{PREFIX}_build_info", "mini-broker version (always 1).",
+                                 labels=["version", "node_id"])
+        info.add_metric([self.version, str(broker.node_id)], 1)
+        yield info
+        yield from self._requests()
+        if broker.channel is not None:
+            yield from self._network(broker)
+        if broker.replica_manager is not None:
+            yield from self._purgatories(broker)
+            yield from self._logs(broker)
+        if broker.coordinator is not None:
+            yield from self._groups(broker)
+
+    # -- requests ------------------------------------------------------------------------------
+    def _requests(self) -> Iterator[Metric]:
+        stats = sorted(self.metrics.stats.values(), key=lambda s: (s.api, s.version))
+        requests = CounterMetricFamily(
+            f"{PREFIX}_requests", "Requests answered, by API and version (counted when the "
+            "response is built, as Kafka's RequestsPerSec).", labels=["api", "version"])
+        errors = CounterMetricFamily(
+            f"{PREFIX}_request_errors", "Error codes other than NONE in responses, by API, "
+            "version and error (one per partition or entry carrying it, as Kafka's "
+            "ErrorsPerSec).", labels=["api", "version", "error"])
+        for s in stats:
+            v = "unsupported" if s.version == UNSUPPORTED else str(s.version)
+            requests.add_metric([s.api, v], s.requests)
+            for code, n in sorted(s.errors.items()):
+                errors.add_metric([s.api, v, _error_name(code)], n)
+        yield requests
+        yield errors
+        phases = (
+            ("request_queue", "request_queue_time",
+             "From the request parsed off the socket to a handler picking it up."),
+            ("local", "request_local_time",
+             "The handler's own work (validate, append, read, build the response)."),
+            ("remote", "request_remote_time",
+             "Parked in a purgatory (or waiting for an fsync) until completed; 0 if never."),
+            ("response_queue", "response_queue_time",
+             "Response ready until written: waiting behind earlier responses on its "
+             "connection (the sequencer)."),
+            ("response_send", "response_send_time",
+             "The transport.write call (the hand-over to the transport), or, when its "
+             "buffer passed the high-water mark, until it drained."),
+            ("total", "request_total_time", "Parsed off the socket until sent."),
+        )
+        timings = sorted(self.metrics.timings.items())
+        for attr, name, doc in phases:
+            fam = HistogramMetricFamily(f"{PREFIX}_{name}_seconds", doc, labels=["api"])
+            for api, t in timings:
+                h: Histogram = getattr(t, attr)
+                fam.add_metric([api], h.cumulative(), h.sum)
+            yield fam
+
+    # -- network -------------------------------------------------------------------------------
+    def _network(self, broker: Broker) -> Iterator[Metric]:
+        from broker.network.connection import MuteReason
+
+        channel = broker.channel
+        assert channel is not None
+        conns = list(channel.connections)
+        yield GaugeMetricFamily(f"{PREFIX}_connections", "Open client connections.",
+                                value=len(conns))
+        yield CounterMetricFamily(f"{PREFIX}_connections_opened", "Connections accepted.",
+                                  value=channel.connections_opened)
+        muted = GaugeMetricFamily(
+            f"{PREFIX}_connections_muted", "Connections not being read, by mute reason (one "
+            "connection can have several).", labels=["reason"])
+        mutes = CounterMetricFamily(
+            f"{PREFIX}_connection_mutes", "Times a mute reason was set on a connection.",
+            labels=["reason"])
+        for reason in MuteReason:
+            name = (reason.name or str(int(reason))).lower()
+            muted.add_metric([name], sum(1 for c in conns if c.mute & reason))
+            mutes.add_metric([name], channel.mute_events.get(reason, 0))
+        yield muted
+        yield mutes
+        depth = GaugeMetricFamily(f"{PREFIX}_handler_queue_depth",
+                                  "Requests waiting for a handler, per handler queue.",
+                                  labels=["queue"])
+        for i, q in enumerate(channel.queues):
+            depth.add_metric([str(i)], q.qsize())
+        yield depth
+        yield GaugeMetricFamily(
+            f"{PREFIX}_inflight_request_bytes", "Bytes of requests received and not yet "
+            "answered (muted above queued.max.request.bytes).", value=channel.queued_bytes)
+        yield GaugeMetricFamily(
+            f"{PREFIX}_inflight_requests", "Requests received and not yet answered.",
+            value=sum(c.inflight for c in conns))
+
+    # -- purgatories and the timer ---------------------------------------------------------------
+    def _purgatories(self, broker: Broker) -> Iterator[Metric]:
+        rm = broker.rm
+        purgatories = [rm.produce_purgatory, rm.fetch_purgatory]
+        if broker.coordinator is not None:
+            purgatories += [broker.coordinator.join_purgatory,
+                            broker.coordinator.heartbeat_purgatory]
+        label = ["purgatory"]
+        watched = GaugeMetricFamily(
+            f"{PREFIX}_purgatory_watched", "Entries in the watcher lists (Kafka's "
+            "PurgatorySize): an operation counts once per key, completed ones until purged.",
+            labels=label)
+        delayed = GaugeMetricFamily(
+            f"{PREFIX}_purgatory_delayed_operations", "Operations waiting in the timer (Kafka's "
+            "NumDelayedOperations): exactly the pending ones.", labels=label)
+        keys = GaugeMetricFamily(f"{PREFIX}_purgatory_watched_keys",
+                                 "Keys with a watcher list.", labels=label)
+        parked = CounterMetricFamily(f"{PREFIX}_purgatory_parked_operations",
+                                     "Operations that had to wait (went into the timer).",
+                                     labels=label)
+        completed = CounterMetricFamily(
+            f"{PREFIX}_purgatory_completed_operations", "Operations completed, by how: "
+            "immediate (at the first check, never waited), event (a check after an event), "
+            "expiration (the timer: their deadline came first).", labels=["purgatory", "by"])
+        purges = CounterMetricFamily(f"{PREFIX}_purgatory_purges",
+                                     "Purge cycles of the watcher lists.", labels=label)
+        purged = CounterMetricFamily(f"{PREFIX}_purgatory_purged_entries",
+                                     "Completed entries the purges removed from watcher lists.",
+                                     labels=label)
+        for p in purgatories:
+            name = [p.name]
+            watched.add_metric(name, p.watched)
+            delayed.add_metric(name, p.delayed)
+            keys.add_metric(name, p.watched_keys)
+            parked.add_metric(name, p.parked)
+            completed.add_metric([p.name, "immediate"], p.completed_immediately)
+            completed.add_metric([p.name, "event"], p.completed_by_event)
+            completed.add_metric([p.name, "expiration"], p.expired)
+            purges.add_metric(name, p.purges)
+            purged.add_metric(name, p.purged_entries)
+        yield from (watched, delayed, keys, parked, completed, purges, purged)
+
+        from purgatory.timer import LATENESS_BOUNDS_MS
+
+        timer = rm.timer
+        yield GaugeMetricFamily(f"{PREFIX}_timer_tasks", "Tasks in the timing wheel.",
+                                value=timer.size)
+        yield GaugeMetricFamily(
+            f"{PREFIX}_timer_active_buckets", "Non-empty buckets, each with one loop "
+            "callback scheduled (0 when idle).", value=timer.live_callbacks())
+        yield GaugeMetricFamily(f"{PREFIX}_timer_wheel_levels",
+                                "Levels of the hierarchical wheel (overflow wheels created).",
+                                value=len(timer.wheel.levels()))
+        yield CounterMetricFamily(
+            f"{PREFIX}_timer_reinsertions", "Tasks moved down to a finer wheel when their "
+            "coarse bucket came due (cascades).", value=timer.reinsertions)
+        yield CounterMetricFamily(f"{PREFIX}_timer_wakeups",
+                                  "Loop callbacks the timer ran (bucket flushes).",
+                                  value=timer.callbacks_fired)
+        lateness = HistogramMetricFamily(
+            f"{PREFIX}_timer_expiration_lateness_seconds",
+            "How late expired tasks ran after their deadline.")
+        counts = list(timer.lateness_counts)
+        buckets = []
+        total = 0
+        for bound, n in zip(LATENESS_BOUNDS_MS, counts, strict=False):
+            total += n
+            buckets.append((_float(bound / 1000), total))
+        buckets.append(("+Inf", total + counts[-1]))
+        lateness.add_metric([], buckets, timer.lateness_sum_ms / 1000)
+        yield lateness
+
+    # -- logs ----------------------------------------------------------------------------------
+    def _logs(self, broker: Broker) -> Iterator[Metric]:
+        rm = broker.rm
+        labels = ["topic", "partition"]
+        leo = GaugeMetricFamily(f"{PREFIX}_log_end_offset", "Next offset to be assigned.",
+                                labels=labels)
+        hw = GaugeMetricFamily(f"{PREFIX}_log_high_watermark",
+                               "Offset up to which data is committed (readable).", labels=labels)
+        lso = GaugeMetricFamily(f"{PREFIX}_log_start_offset", "First offset still in the log.",
+                                labels=labels)
+        size = GaugeMetricFamily(f"{PREFIX}_log_size_bytes", "Bytes of all segments.",
+                                 labels=labels)
+        segments = GaugeMetricFamily(f"{PREFIX}_log_segments", "Segments of the log.",
+                                     labels=labels)
+        bytes_in: dict[str, int] = {}
+        messages_in: dict[str, int] = {}
+        for (topic, index), p in sorted(rm.partitions.items()):
+            lab = [topic, str(index)]
+            plog = p.log
+            end = plog.log_end_offset
+            leo.add_metric(lab, end)
+            hw.add_metric(lab, p.high_watermark)
+            lso.add_metric(lab, plog.log_start_offset)
+            size.add_metric(lab, plog.size_in_bytes)
+            segments.add_metric(lab, plog.num_segments)
+            bytes_in[topic] = bytes_in.get(topic, 0) + p.appended_bytes
+            # Offsets are assigned contiguously, so messages appended since the partition was
+            # opened are the log end offset's growth: no per-append counter needed.
+            messages_in[topic] = messages_in.get(topic, 0) + end - rm.opened_at.get(
+                (topic, index), end)
+        yield from (leo, hw, lso, size, segments)
+        tin = CounterMetricFamily(f"{PREFIX}_topic_bytes_in",
+                                  "Record batch bytes appended (since start).", labels=["topic"])
+        min_ = CounterMetricFamily(f"{PREFIX}_topic_messages_in",
+                                   "Records appended (since start).", labels=["topic"])
+        for topic in sorted(bytes_in):
+            tin.add_metric([topic], bytes_in[topic])
+            min_.add_metric([topic], messages_in[topic])
+        yield tin
+        yield min_
+        by_id = broker.metadata.by_id
+        out: dict[str, int] = {}
+        for key, n in list(self.metrics.topic_bytes_out.items()):
+            if isinstance(key, str):
+                name = key
+            else:
+                info = by_id.get(key)
+                name = info.name if info is not None else str(key)
+            out[name] = out.get(name, 0) + n
+        tout = CounterMetricFamily(f"{PREFIX}_topic_bytes_out",
+                                   "Record bytes returned by Fetch responses (since start).",
+                                   labels=["topic"])
+        for topic in sorted(out):
+            tout.add_metric([topic], out[topic])
+        yield tout
+        flush = HistogramMetricFamily(
+            f"{PREFIX}_log_flush_time_seconds",
+            "fsyncs of a partition log (count: fsyncs that made data durable) and their time.")
+        h = rm.flush_time
+        flush.add_metric([], h.cumulative(), h.sum)
+        yield flush
+
+    # -- groups --------------------------------------------------------------------------------
+    def _groups(self, broker: Broker) -> Iterator[Metric]:
+        from broker.group.metadata import GroupState
+
+        coordinator = broker.group_coordinator
+        groups = sorted(coordinator.groups.values(), key=lambda g: g.group_id)
+        by_state = GaugeMetricFamily(f"{PREFIX}_groups", "Consumer groups, by state.",
+                                     labels=["state"])
+        for state in GroupState:
+            by_state.add_metric([state.value], sum(1 for g in groups if g.state is state))
+        yield by_state
+        members = GaugeMetricFamily(f"{PREFIX}_group_members", "Members of a group.",
+                                    labels=["group"])
+        generation = GaugeMetricFamily(f"{PREFIX}_group_generation",
+                                       "Generation of a group (one per completed join).",
+                                       labels=["group"])
+        rebalances = CounterMetricFamily(f"{PREFIX}_group_rebalances",
+                                         "Rebalances started (since start).", labels=["group"])
+        committed = GaugeMetricFamily(f"{PREFIX}_group_committed_offset",
+                                      "Committed offset of a group on a partition.",
+                                      labels=["group", "topic", "partition"])
+        lag = GaugeMetricFamily(f"{PREFIX}_group_lag",
+                                "High watermark minus committed offset (records not yet "
+                                "consumed by the group).", labels=["group", "topic", "partition"])
+        partitions = broker.rm.partitions
+        for g in groups:
+            members.add_metric([g.group_id], len(g.members))
+            generation.add_metric([g.group_id], g.generation_id)
+            for (topic, index), om in sorted(g.offsets.items()):
+                lab = [g.group_id, topic, str(index)]
+                committed.add_metric(lab, om.offset)
+                p = partitions.get((topic, index))
+                if p is not None:
+                    lag.add_metric(lab, max(p.high_watermark - om.offset, 0))
+        for gid, n in sorted(coordinator.rebalances.items()):
+            rebalances.add_metric([gid], n)
+        yield from (members, generation, rebalances, committed, lag)
+
+
+# -- the endpoint ---------------------------------------------------------------------------------
+
+class MetricsServer:
+    """A minimal HTTP/1.1 server on the broker's loop: GET (or HEAD) ``path`` answers the
+    exposition (text or OpenMetrics as the Accept header asks, gzip if accepted); ``/`` points
+    to it; anything else is 404. One request per connection."""
+
+    def __init__(self, metrics: BrokerMetrics, host: str, port: int, path: str) -> None:
+        self.metrics = metrics
+        self.host = host
+        self.port = port
+        self.path = path
+        self.server: asyncio.base_events.Server | None = None
+        self.scrapes = 0
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}{self.path}"
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._serve, self.host, self.port,
+                                                 reuse_address=True)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
+            status, ctype, body, extra = self._answer(head)
+            method = head.split(b" ", 1)[0]
+            headers = [f"HTTP/1.1 {status}", f"Content-Type: {ctype}",
+                       f"Content-Length: {len(body)}", "Connection: close", *extra]
+            writer.write(("\r\n".join(headers) + "\r\n\r\n").encode())
+            if method != b"HEAD":
+                writer.write(body)
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError,
+                ConnectionError):
+            pass
+        except Exception:
+            log.exception("metrics request failed")
+        finally:
+            writer.close()
+
+    def _answer(self, head: bytes) -> tuple[str, str, bytes, list[str]]:
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) < 2 or parts[0] not in ("GET", "HEAD"):
+            return "405 Method Not Allowed", "text/plain", b"GET only\n", []
+        path = parts[1].split("?", 1)[0]
+        if path == "/":
+            return "200 OK", "text/html", (
+                f'<a href="{self.path}">{self.path}</a>\n').encode(), []
+        if path != self.path:
+            return "404 Not Found", "text/plain", b"not found\n", []
+        headers = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if sep:
+                headers[name.strip().lower()] = value.strip()
+        started = time.monotonic()
+        body, ctype = self.metrics.exposition(headers.get("accept", ""))
+        self.scrapes += 1
+        log.debug("scrape", bytes=len(body), ms=round((time.monotonic() - started) * 1000, 2))
+        if gzip_accepted(headers.get("accept-encoding", "")):
+            return "200 OK", ctype, gzip.compress(body, compresslevel=1), [
+                "Content-Encoding: gzip"]
+        return "200 OK", ctype, body, []
