@@ -125,7 +125,10 @@ class RequestChannel:
         while (request := await queue.get()) is not None:
             if request.connection.closed:
                 continue
-            self.handle(request)
+            try:
+                self.handle(request)
+            except Exception as exc:  # a bug must cost one connection, never this handler
+                self._fail(request, exc)
 
     def handle(self, request: Request) -> None:
         request.dequeued = time.monotonic()
@@ -157,7 +160,10 @@ class RequestChannel:
         elif (exc := fut.exception()) is not None:
             self._fail(request, exc)
         else:
-            self._respond(request, fut.result())
+            try:
+                self._respond(request, fut.result())
+            except Exception as exc:  # never leave the connection waiting for this answer
+                self._fail(request, exc)
 
     def _respond(self, request: Request, response: ApiMessage | None) -> None:
         conn = request.connection

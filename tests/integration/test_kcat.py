@@ -11,8 +11,8 @@ import pytest
 
 from tests.support.broker import BrokerProcess
 from tests.support.clients import (
-    CODEC_ID,
     CODECS,
+    assert_stored_as_sent,
     create_topic,
     disk_batches,
     unique_topic,
@@ -65,7 +65,7 @@ def test_kcat_produce_consume_lines(broker: BrokerProcess, codec: str) -> None:
          stdin="\n".join(keyed) + "\n")
     assert watermarks(broker.bootstrap, topic) == (0, len(lines))
     batches = disk_batches(broker.data_dir / "logs", topic)
-    assert {b.codec for b in batches} == {CODEC_ID[codec]}, "kcat's batches stored as sent"
+    assert_stored_as_sent(batches, codec)
 
     out = kcat("-C", "-b", broker.bootstrap, "-t", topic, "-p", "0", "-o", "beginning", "-e",
                "-q", "-f", "%o|%k|%s\n")

@@ -494,3 +494,16 @@ def wait_until(predicate, timeout: float, interval: float = 0.1, what: str = "co
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+def assert_stored_as_sent(batches: Sequence[DiskBatch], codec: str) -> None:
+    """Batches keep the producer's codec: never recompressed, never decompressed.
+
+    librdkafka sends a batch uncompressed when compression would not shrink it (a lone small
+    record, typically the first one sent), so only batches of several records must carry it.
+    """
+    wanted = CODEC_ID[codec]
+    assert {b.codec for b in batches} <= {wanted, 0}, "a batch was stored with another codec"
+    multi = [b for b in batches if b.record_count > 1]
+    assert multi, "no batch of several records to check"
+    assert all(b.codec == wanted for b in multi), [(b.codec, b.record_count) for b in batches]
