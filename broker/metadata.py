@@ -7,12 +7,12 @@ atomically (write, fsync, rename) so a crash leaves either the old or the new ve
 from __future__ import annotations
 
 import json
-import os
 import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from broker.fileio import atomic_write
 from protocol.errors import ErrorCode, KafkaError
 
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
@@ -93,12 +93,7 @@ class MetadataStore:
                 for t in self.topics.values()
             ],
         }
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(doc, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        atomic_write(self.path, json.dumps(doc, indent=1).encode())
 
     def add(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
         info = TopicInfo(name, uuid.uuid4(), partitions, dict(configs))

@@ -7,8 +7,9 @@ restart continues after the block, never inside it.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from broker.fileio import atomic_write
 
 BLOCK_SIZE = 1000
 
@@ -33,10 +34,5 @@ class ProducerIdManager:
         return pid
 
     def _reserve(self, end: int) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            f.write(f"{end}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        atomic_write(self.path, f"{end}\n".encode())
         self._block_end = end

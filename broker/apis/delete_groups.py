@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 from kafka.protocol.admin import DeleteGroupsResponse
 
+from broker.apis.deferred import answer_later
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -18,11 +18,7 @@ def handle(broker: Broker, request: Request):  # type: ignore[no-untyped-def]
     result = broker.group_coordinator.delete_groups(list(request.body.groups_names))
     if isinstance(result, dict):
         return _response(result)
-    return _respond_later(result)
-
-
-async def _respond_later(fut: asyncio.Future[dict[str, ErrorCode]]) -> DeleteGroupsResponse:
-    return _response(await fut)
+    return answer_later(result, _response)
 
 
 def _response(results: dict[str, ErrorCode]) -> DeleteGroupsResponse:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 from kafka.protocol.consumer import JoinGroupResponse
 
+from broker.apis.deferred import answer_later
 from broker.group.metadata import JoinResult
 
 if TYPE_CHECKING:
@@ -29,11 +29,7 @@ def handle(broker: Broker, request: Request):  # type: ignore[no-untyped-def]
     )
     if isinstance(result, JoinResult):
         return _response(result)
-    return _respond_later(result)
-
-
-async def _respond_later(fut: asyncio.Future[JoinResult]) -> JoinGroupResponse:
-    return _response(await fut)
+    return answer_later(result, _response)
 
 
 def _response(r: JoinResult) -> JoinGroupResponse:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import TYPE_CHECKING
 
 from kafka.protocol.consumer import OffsetCommitResponse
 
+from broker.apis.deferred import answer_later
 from broker.group.metadata import OffsetAndMetadata
 from protocol.errors import ErrorCode
 
@@ -34,12 +34,7 @@ def handle(broker: Broker, request: Request):  # type: ignore[no-untyped-def]
         req.generation_id_or_member_epoch, offsets)
     if isinstance(result, dict):
         return _response(result)
-    return _respond_later(result)
-
-
-async def _respond_later(fut: asyncio.Future[dict[TopicPartition, ErrorCode]]
-                         ) -> OffsetCommitResponse:
-    return _response(await fut)
+    return answer_later(result, _response)
 
 
 def _response(results: dict[TopicPartition, ErrorCode]) -> OffsetCommitResponse:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 from kafka.protocol.consumer import OffsetDeleteResponse
 
+from broker.apis.deferred import answer_later
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -24,11 +24,7 @@ def handle(broker: Broker, request: Request):  # type: ignore[no-untyped-def]
     result = broker.group_coordinator.delete_offsets(req.group_id, wanted)
     if isinstance(result, tuple):
         return _response(result)
-    return _respond_later(result)
-
-
-async def _respond_later(fut: asyncio.Future[Result]) -> OffsetDeleteResponse:
-    return _response(await fut)
+    return answer_later(result, _response)
 
 
 def _response(result: Result) -> OffsetDeleteResponse:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 from kafka.protocol.consumer import SyncGroupResponse
 
+from broker.apis.deferred import answer_later
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -26,12 +26,7 @@ def handle(broker: Broker, request: Request):  # type: ignore[no-untyped-def]
     names = (group.protocol_type, group.protocol_name) if group else (None, None)
     if isinstance(result, tuple):
         return _response(result, names)
-    return _respond_later(result, names)
-
-
-async def _respond_later(fut: asyncio.Future[tuple[ErrorCode, bytes]],
-                         names: tuple[str | None, str | None]) -> SyncGroupResponse:
-    return _response(await fut, names)
+    return answer_later(result, lambda r: _response(r, names))
 
 
 def _response(result: tuple[ErrorCode, bytes], names: tuple[str | None, str | None]

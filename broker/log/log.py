@@ -29,11 +29,11 @@ from pathlib import Path
 
 import structlog
 
+from broker.fileio import fsync_dir
 from broker.log.index import IndexCorruptError
 from broker.log.producer_state import (
     BatchMetadata,
     ProducerStateManager,
-    fsync_dir,
     increment_sequence,
 )
 from broker.log.recovery import recover_segment, recover_segments

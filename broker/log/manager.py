@@ -27,6 +27,7 @@ from pathlib import Path
 
 import structlog
 
+from broker.fileio import atomic_write, fsync_dir
 from broker.log.log import Log, LogConfig, parse_topic_partition_dir
 
 __all__ = [
@@ -80,23 +81,7 @@ def write_offset_checkpoint(path: Path, offsets: dict[TopicPartition, int]) -> N
     """Write atomically: temp file, fsync, rename, fsync the directory."""
     lines = [str(_CHECKPOINT_VERSION), str(len(offsets))]
     lines += [f"{t} {p} {o}" for (t, p), o in sorted(offsets.items())]
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        os.write(fd, ("\n".join(lines) + "\n").encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    atomic_write(path, ("\n".join(lines) + "\n").encode("utf-8"))
 
 
 class LogManager:
@@ -238,7 +223,7 @@ class LogManager:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            _fsync_dir(log_dir)
+            fsync_dir(log_dir)
         for fd in self._lock_fds:
             with contextlib.suppress(OSError):
                 fcntl.flock(fd, fcntl.LOCK_UN)

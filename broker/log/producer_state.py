@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import structlog
 from crc32c import crc32c
 
+from broker.fileio import atomic_write
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -456,20 +457,7 @@ def write_snapshot(
             parts.append(_BATCH.pack(*b))
     parts[0] = _HEAD.pack(offset, count)
     body = b"".join(parts)
-    data = _PREFIX.pack(_MAGIC, _VERSION, crc32c(body)) + body
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    if sync:
-        fsync_dir(path.parent)
+    atomic_write(path, _PREFIX.pack(_MAGIC, _VERSION, crc32c(body)) + body, sync=sync)
 
 
 def read_snapshot(path: Path, expected_offset: int | None = None) -> list[ProducerStateEntry]:
@@ -505,11 +493,3 @@ def read_snapshot(path: Path, expected_offset: int | None = None) -> list[Produc
     if pos != len(body):
         raise CorruptSnapshotError(f"{path} has {len(body) - pos} trailing bytes")
     return entries
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
