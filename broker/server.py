@@ -231,6 +231,8 @@ class Broker:
             if deleted:
                 log.info("retention deleted segments", topic=p.topic, partition=p.index,
                          segments=deleted, log_start_offset=p.log_start_offset)
+                # A fetch parked below the new log start now has an error to report.
+                self.rm.fetch_purgatory.check_and_complete(p.key)
 
     async def stop(self) -> None:
         log.info("broker shutting down")
