@@ -31,14 +31,15 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from tests.conformance.support import (
-    Ledger,
-    assert_exactly_once,
-    assert_idempotent_batches,
-    wait_until,
-)
+from tests.conformance.support import Ledger, assert_exactly_once
 from tests.support.broker import BrokerProcess
-from tests.support.clients import create_topic, unique_topic, watermarks
+from tests.support.clients import (
+    assert_idempotent_batches,
+    create_topic,
+    unique_topic,
+    wait_until,
+    watermarks,
+)
 
 PARTITIONS = 6
 PER_PARTITION = 100

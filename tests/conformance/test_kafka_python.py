@@ -10,9 +10,9 @@ import time
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import TopicAlreadyExistsError
 
-from tests.conformance.support import assert_exactly_once, wait_until
+from tests.conformance.support import assert_exactly_once
 from tests.support.broker import BrokerProcess
-from tests.support.clients import unique_topic
+from tests.support.clients import unique_topic, wait_until
 
 PARTITIONS = 3
 PER_PARTITION = 20

@@ -20,9 +20,8 @@ import pytest
 from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient
 
-from tests.conformance.support import wait_until
 from tests.support.broker import BrokerProcess
-from tests.support.clients import create_topic, unique_topic, watermarks
+from tests.support.clients import create_topic, unique_topic, wait_until, watermarks
 
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 

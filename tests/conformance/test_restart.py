@@ -30,7 +30,7 @@ from kafka.protocol.producer import (
 from kafka.record.memory_records import MemoryRecordsBuilder
 
 from tests.conformance.conftest import GROUP_OVERRIDES
-from tests.conformance.support import Ledger, assert_exactly_once, wait_until
+from tests.conformance.support import Ledger, assert_exactly_once
 from tests.support.broker import BrokerProcess
 from tests.support.clients import (
     BASE_TS,
@@ -39,6 +39,7 @@ from tests.support.clients import (
     confluent_produce,
     create_topic,
     unique_topic,
+    wait_until,
     watermarks,
 )
 

@@ -208,7 +208,7 @@ def test_retries_after_a_crash_make_no_duplicates(broker_factory) -> None:
         rounds += 1
         target = delivered[0] + 1000
         burst(4000)
-        wait_until(lambda t=target: delivered_at_least(t), 30, 0, "deliveries")
+        wait_until(lambda t=target: delivered_at_least(t), 30, "deliveries", interval=0)
         b.kill()  # mid-burst: some requests appended, their answers never sent
         b.start()  # same port: the producer reconnects and retries them
         assert producer.flush(60) == 0

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 from kafka.protocol.consumer import (
     FetchRequest,
     FetchResponse,
@@ -40,6 +39,7 @@ from tests.support.clients import (
     Rec,
     aiokafka_consume,
     aiokafka_produce,
+    assert_idempotent_batches,
     assert_roundtrip,
     confluent_consume,
     confluent_produce,
@@ -374,49 +374,19 @@ def test_idempotent_producer_no_sequence_errors(broker_factory, tmp_path, monkey
         pytest.xfail("InitProducerId lands with issue 5")
     topic = unique_topic("idem")
     create_topic(broker.bootstrap, topic)
-    errors: list = []
     stats: list[str] = []
-    producer = Producer({
-        "bootstrap.servers": broker.bootstrap, "broker.address.family": "v4",
-        "enable.idempotence": True, "acks": "all", "linger.ms": 0,
+    sent = numbered(300, "idem")
+    # Any producer error (a sequence error included) raises in confluent_produce.
+    offsets = confluent_produce(broker.bootstrap, topic, sent, timeout=12, extra={
+        "enable.idempotence": True, "linger.ms": 0,
         "max.in.flight.requests.per.connection": 5, "batch.num.messages": 1,
-        "message.timeout.ms": 8000, "error_cb": lambda err: errors.append(err),
         "statistics.interval.ms": 50, "stats_cb": stats.append,
     })
-    sent = numbered(300, "idem")
-    offsets: list[int | None] = [None] * len(sent)
-
-    def report(i: int):
-        def cb(err, msg) -> None:
-            if err is not None:
-                errors.append(err)
-            else:
-                offsets[i] = msg.offset()
-        return cb
-
-    remaining = len(sent)
-    try:
-        for i, r in enumerate(sent):
-            producer.produce(topic, key=r.key, value=r.value, headers=list(r.headers),
-                             timestamp=r.timestamp, partition=0, on_delivery=report(i))
-            producer.poll(0)
-        remaining = producer.flush(12)
-    except Exception as exc:  # a fatal error surfaces here; report it as a failed assertion
-        errors.append(exc)
-    assert not errors, f"producer errors: {errors[:5]}"
-    assert remaining == 0
     assert offsets == list(range(len(sent)))
     assert _stats_max(stats, "waitresp_cnt") >= 2, "never more than one request in flight"
     assert_roundtrip(confluent_consume(broker.bootstrap, topic, len(sent)), sent)
     # Stored as sent: one producer id, sequences consecutive from 0 across the batches.
-    pids, expected_seq = set(), 0
-    for batch in disk_batches(broker.data_dir / "logs", topic):
-        data = batch.segment.read_bytes()
-        pid, _epoch, base_seq = struct.unpack_from(">qhi", data, batch.position + 43)
-        pids.add(pid)
-        assert base_seq == expected_seq, f"batch at offset {batch.base_offset}: seq {base_seq}"
-        expected_seq += batch.record_count
-    assert len(pids) == 1 and min(pids) >= 0, f"producer ids on disk: {pids}"
+    assert_idempotent_batches(broker.data_dir / "logs", topic, 0, len(sent))
 
 
 def test_acks_all_answered_after_covering_fsync(broker_factory, tmp_path, monkeypatch) -> None:

@@ -449,6 +449,9 @@ class DiskBatch:
     first_timestamp: int
     max_timestamp: int
     record_count: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
 
     @property
     def codec(self) -> int:
@@ -475,16 +478,31 @@ def disk_batches(log_dir: Path, topic: str, partition: int = 0) -> list[DiskBatc
         data = seg.read_bytes()
         pos = 0
         while pos + _BATCH_HEADER.size <= len(data):
-            (base, length, _epoch, magic, _crc, attrs, lod, first_ts, max_ts, _pid, _pe, _seq,
+            (base, length, _epoch, magic, _crc, attrs, lod, first_ts, max_ts, pid, epoch, seq,
              count) = _BATCH_HEADER.unpack_from(data, pos)
             out.append(DiskBatch(seg, pos, base, length, magic, attrs, lod, first_ts, max_ts,
-                                 count))
+                                 count, pid, epoch, seq))
             pos += 12 + length
         assert pos == len(data), f"{seg}: {len(data) - pos} trailing bytes after last batch"
     return out
 
 
-def wait_until(predicate, timeout: float, interval: float = 0.1, what: str = "condition"):
+def assert_idempotent_batches(log_dir: Path, topic: str, partition: int, records: int) -> None:
+    """Every batch carries one producer id and epoch, and sequence numbers run 0.. without gap
+    or repeat, in step with the offsets: what the broker stored is exactly one copy of each."""
+    batches = disk_batches(log_dir, topic, partition)
+    assert batches, f"{topic}-{partition}: no batches on disk"
+    ids = {(b.producer_id, b.producer_epoch) for b in batches}
+    assert len(ids) == 1 and next(iter(ids))[0] >= 0, f"{topic}-{partition}: producer ids {ids}"
+    seq = 0
+    for b in batches:
+        assert b.base_sequence == seq, f"{topic}-{partition}: batch {b} expected sequence {seq}"
+        assert b.base_offset == seq, f"{topic}-{partition}: batch {b} expected offset {seq}"
+        seq += b.record_count
+    assert seq == records, f"{topic}-{partition}: {seq} records stored, {records} produced"
+
+
+def wait_until(predicate, timeout: float, what: str = "condition", interval: float = 0.1):
     """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -492,7 +510,8 @@ def wait_until(predicate, timeout: float, interval: float = 0.1, what: str = "co
         if result:
             return result
         if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(
+                f"timed out after {timeout}s waiting for {what} (last: {result!r})")
         time.sleep(interval)
 
 
