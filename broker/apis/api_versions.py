@@ -14,7 +14,7 @@ from protocol.errors import ErrorCode
 from protocol.registry import APIS
 
 if TYPE_CHECKING:
-    from broker.network.request_channel import Request
+    from broker.network.request import Request
     from broker.server import Broker
 
 _KEYS = [

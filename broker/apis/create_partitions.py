@@ -9,7 +9,7 @@ from kafka.protocol.admin import CreatePartitionsResponse
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from broker.network.request_channel import Request
+    from broker.network.request import Request
     from broker.server import Broker
 
 Result = CreatePartitionsResponse.CreatePartitionsTopicResult

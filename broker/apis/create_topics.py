@@ -10,7 +10,7 @@ from broker.metadata import validate_topic_configs, validate_topic_name
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from broker.network.request_channel import Request
+    from broker.network.request import Request
     from broker.server import Broker
 
 Result = CreateTopicsResponse.CreatableTopicResult

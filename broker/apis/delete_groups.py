@@ -10,7 +10,7 @@ from broker.apis.deferred import answer_later
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.network.request_channel import Request
+    from broker.network.request import Request
     from broker.server import Broker
 
 

@@ -10,7 +10,7 @@ from broker.config import KEYS
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.network.request_channel import Request
+    from broker.network.request import Request
     from broker.server import Broker
 
 Result = DescribeConfigsResponse.DescribeConfigsResult

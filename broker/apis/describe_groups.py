@@ -9,7 +9,7 @@ from kafka.protocol.admin import DescribeGroupsResponse
 from broker.group.metadata import GroupState
 
 if TYPE_CHECKING:
-    from broker.network.request_channel import Request
+    from broker.network.request import Request
     from broker.server import Broker
 
 Described = DescribeGroupsResponse.DescribedGroup

@@ -19,7 +19,7 @@ from broker.log.log import OffsetOutOfRangeError
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.network.request_channel import Request
+    from broker.network.request import Request
     from broker.replica_manager import ReplicaManager
     from broker.server import Broker
 

@@ -13,7 +13,7 @@ from kafka.protocol.metadata import FindCoordinatorResponse
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.network.request_channel import Request
+    from broker.network.request import Request
     from broker.server import Broker
 
 GROUP = 0

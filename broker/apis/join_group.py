@@ -10,7 +10,7 @@ from broker.apis.deferred import answer_later
 from broker.group.metadata import JoinResult
 
 if TYPE_CHECKING:
-    from broker.network.request_channel import Request
+    from broker.network.request import Request
     from broker.server import Broker
 
 Member = JoinGroupResponse.JoinGroupResponseMember

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from kafka.protocol.admin import ListGroupsResponse
 
 if TYPE_CHECKING:
-    from broker.network.request_channel import Request
+    from broker.network.request import Request
     from broker.server import Broker
 
 

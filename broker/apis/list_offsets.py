@@ -9,7 +9,7 @@ from kafka.protocol.consumer import ListOffsetsResponse
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.network.request_channel import Request
+    from broker.network.request import Request
     from broker.partition import Partition
     from broker.server import Broker
 

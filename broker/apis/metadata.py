@@ -10,7 +10,7 @@ from broker.metadata import TopicInfo
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from broker.network.request_channel import Request
+    from broker.network.request import Request
     from broker.server import Broker
 
 Topic = MetadataResponse.MetadataResponseTopic

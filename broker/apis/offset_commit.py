@@ -12,7 +12,7 @@ from broker.group.metadata import OffsetAndMetadata
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.network.request_channel import Request
+    from broker.network.request import Request
     from broker.server import Broker
 
 Topic = OffsetCommitResponse.OffsetCommitResponseTopic

@@ -11,7 +11,7 @@ from kafka.protocol.consumer import OffsetFetchResponse
 
 if TYPE_CHECKING:
     from broker.group.metadata import OffsetAndMetadata
-    from broker.network.request_channel import Request
+    from broker.network.request import Request
     from broker.server import Broker
 
 OldTopic = OffsetFetchResponse.OffsetFetchResponseTopic

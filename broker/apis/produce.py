@@ -16,7 +16,7 @@ from broker.replica_manager import ProduceResult, TopicPartition
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.network.request_channel import Request
+    from broker.network.request import Request
     from broker.server import Broker
 
 TopicResponse = ProduceResponse.TopicProduceResponse

@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from broker.network.request import Request
 from broker.network.sequencer import ResponseSequencer, Slot
 from protocol.framing import FrameDecoder, FrameError, parse_request_header, peek_key_version
 from protocol.registry import API_VERSIONS_KEY, APIS
 
 if TYPE_CHECKING:
-    from broker.network.request_channel import Request, RequestChannel
+    from broker.network.request_channel import RequestChannel
 
 log = structlog.get_logger("broker.network")
 _channel_ids = itertools.count(1)
@@ -103,8 +104,6 @@ class Connection(asyncio.Protocol):
                 self.channel.submit(request)
 
     def _parse(self, frame: bytes) -> Request | None:
-        from broker.network.request_channel import Request
-
         try:
             api_key, version = peek_key_version(frame)
             spec = APIS.get(api_key)

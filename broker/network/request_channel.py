@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -24,12 +23,12 @@ from kafka.protocol.api_message import ApiMessage
 
 from broker.logging import debug_enabled
 from broker.network.connection import MuteReason
-from broker.network.sequencer import Slot
-from protocol.framing import RequestHeaderView, encode_response
-from protocol.registry import API_VERSIONS_KEY, ApiSpec
+from broker.network.request import Request
+from protocol.framing import encode_response
+from protocol.registry import API_VERSIONS_KEY
 
 if TYPE_CHECKING:
-    from broker.metrics import BrokerMetrics, RequestStats
+    from broker.metrics import BrokerMetrics
     from broker.network.connection import Connection
 
 log = structlog.get_logger("broker.network")
@@ -40,24 +39,6 @@ _WAITS_BY_DESIGN = frozenset({1, 11, 14})  # Fetch, JoinGroup, SyncGroup
 
 HandlerResult = ApiMessage | Awaitable[ApiMessage | None] | None
 Handler = Callable[["Request"], HandlerResult]
-
-
-@dataclass(slots=True)
-class Request:
-    connection: Connection
-    header: RequestHeaderView
-    spec: ApiSpec
-    body: Any  # the decoded request; None for an ApiVersions of a version we do not serve
-    slot: Slot | None
-    size: int
-    received: float
-    dequeued: float = 0.0
-    local_done: float = 0.0  # set only when the handler returned an awaitable (parked)
-    stats: RequestStats | None = None  # metrics on: this request's (API, version) counters
-
-    @property
-    def version(self) -> int:
-        return self.header.api_version
 
 
 class RequestChannel:
