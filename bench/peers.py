@@ -271,8 +271,10 @@ def _consume_count(bootstrap: str, topic: str, n: int, timeout: float,
 # -- workloads -------------------------------------------------------------------------------
 
 
-def w_small(b: Running, sc: Scale) -> dict[str, Any]:
-    n, size, topic = sc.small_records, 100, "small"
+def _produce_then_consume(b: Running, topic: str, n: int, size: int,
+                          conf: dict[str, Any]) -> dict[str, Any]:
+    """Produce n records of `size` bytes to partition 0, then consume them all; timings and
+    the broker's CPU seconds for each phase."""
     _create_topic(b.bootstrap, topic)
     errors = 0
 
@@ -281,7 +283,7 @@ def w_small(b: Running, sc: Scale) -> dict[str, Any]:
         if err is not None:
             errors += 1
 
-    producer = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "linger.ms": 5,
+    producer = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", **conf,
                          "on_delivery": on_error, "delivery.report.only.error": True})
     producer.list_topics(topic, timeout=10)  # connected, metadata known: not in the timing
     payload = os.urandom(size)
@@ -293,47 +295,30 @@ def w_small(b: Running, sc: Scale) -> dict[str, Any]:
     cpu1 = proc_cpu_s(b.pid)
     if left or errors:
         raise RuntimeError(f"produce: {left} undelivered, {errors} errors")
-    got, _, consume_s = _consume_count(b.bootstrap, topic, n, 300)
+    got, nbytes, consume_s = _consume_count(b.bootstrap, topic, n, 300)
     cpu2 = proc_cpu_s(b.pid)
     return {"records": n, "record_size": size, "produce_s": round(produce_s, 3),
-            "consume_s": round(consume_s, 3), "produce_rec_s": round(n / produce_s),
-            "consume_rec_s": round(got / consume_s),
+            "consume_s": round(consume_s, 3), "consumed": got, "consumed_bytes": nbytes,
             "produce_broker_cpu_s": round(cpu1 - cpu0, 2),
             "consume_broker_cpu_s": round(cpu2 - cpu1, 2), "broker_cpu_s": round(cpu2 - cpu0, 2)}
+
+
+def w_small(b: Running, sc: Scale) -> dict[str, Any]:
+    row = _produce_then_consume(b, "small", sc.small_records, 100, {"linger.ms": 5})
+    row["produce_rec_s"] = round(row["records"] / row["produce_s"])
+    row["consume_rec_s"] = round(row.pop("consumed") / row["consume_s"])
+    del row["consumed_bytes"]
+    return row
 
 
 def w_large(b: Running, sc: Scale) -> dict[str, Any]:
-    n, size, topic = sc.large_records, 64 << 10, "large"
-    _create_topic(b.bootstrap, topic)
-    errors = 0
-
-    def on_error(err, _msg):  # type: ignore[no-untyped-def]
-        nonlocal errors
-        if err is not None:
-            errors += 1
-
-    producer = Producer({"bootstrap.servers": b.bootstrap, "acks": "all",
-                         "batch.size": 1 << 20, "message.max.bytes": 2 << 20,
-                         "queue.buffering.max.kbytes": 1 << 20,
-                         "on_delivery": on_error, "delivery.report.only.error": True})
-    producer.list_topics(topic, timeout=10)
-    payload = os.urandom(size)
-    cpu0 = proc_cpu_s(b.pid)
-    start = time.perf_counter()
-    _produce_all(producer, topic, payload, n, partition=0)
-    left = producer.flush(300)
-    produce_s = time.perf_counter() - start
-    cpu1 = proc_cpu_s(b.pid)
-    if left or errors:
-        raise RuntimeError(f"produce: {left} undelivered, {errors} errors")
-    _, nbytes, consume_s = _consume_count(b.bootstrap, topic, n, 300)
-    cpu2 = proc_cpu_s(b.pid)
-    return {"records": n, "record_size": size, "produce_s": round(produce_s, 3),
-            "consume_s": round(consume_s, 3),
-            "produce_mb_s": round(n * size / produce_s / 1e6, 1),
-            "consume_mb_s": round(nbytes / consume_s / 1e6, 1),
-            "produce_broker_cpu_s": round(cpu1 - cpu0, 2),
-            "consume_broker_cpu_s": round(cpu2 - cpu1, 2), "broker_cpu_s": round(cpu2 - cpu0, 2)}
+    row = _produce_then_consume(b, "large", sc.large_records, 64 << 10, {
+        "batch.size": 1 << 20, "message.max.bytes": 2 << 20,
+        "queue.buffering.max.kbytes": 1 << 20})
+    row["produce_mb_s"] = round(row["records"] * row["record_size"] / row["produce_s"] / 1e6, 1)
+    row["consume_mb_s"] = round(row.pop("consumed_bytes") / row["consume_s"] / 1e6, 1)
+    del row["consumed"]
+    return row
 
 
 REQUEST_PRODUCERS = 16
