@@ -11,7 +11,7 @@ import asyncio
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import structlog
 
@@ -35,6 +35,7 @@ class ProduceResult:
     log_append_time: int = -1
     log_start_offset: int = -1
     message: str | None = None
+    record_errors: list[tuple[int, str | None]] = field(default_factory=list)
 
 
 def now_ms() -> int:
@@ -81,7 +82,7 @@ class ReplicaManager:
             code = ErrorCode(exc.error_code)
             log.warning("produce rejected", topic=tp[0], partition=tp[1], error=code.name,
                         reason=str(exc))
-            return ProduceResult(code, message=str(exc))
+            return ProduceResult(code, message=str(exc), record_errors=exc.record_errors)
         self._after_append(partition, info, hw_moved)
         return ProduceResult(ErrorCode.NONE, info.first_offset, info.last_offset,
                              info.log_append_time, partition.log_start_offset)

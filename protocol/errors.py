@@ -63,6 +63,10 @@ class ErrorCode(IntEnum):
 class KafkaError(Exception):
     """An error that maps to one Kafka error code, raised where the request is judged."""
 
-    def __init__(self, error_code: ErrorCode, message: str = "") -> None:
+    def __init__(self, error_code: ErrorCode, message: str = "",
+                 record_errors: list[tuple[int, str | None]] | None = None) -> None:
         super().__init__(message or error_code.name)
         self.error_code = error_code
+        # Produce only: (index of the record in its batch, why it was refused), as Kafka's
+        # RecordValidationException lists them in the partition's record_errors.
+        self.record_errors = record_errors or []

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 TopicResponse = ProduceResponse.TopicProduceResponse
 PartitionResponse = TopicResponse.PartitionProduceResponse
+RecordError = PartitionResponse.BatchIndexAndErrorMessage
 
 
 def handle(broker: Broker, request: Request):  # type: ignore[no-untyped-def]
@@ -59,7 +60,9 @@ def _response(results: dict[TopicPartition, ProduceResult]) -> ProduceResponse:
                 index=index, error_code=r.error,
                 base_offset=r.base_offset if r.error == ErrorCode.NONE else -1,
                 log_append_time_ms=r.log_append_time, log_start_offset=r.log_start_offset,
-                record_errors=[], error_message=r.message,
+                record_errors=[RecordError(batch_index=i, batch_index_error_message=m)
+                               for i, m in r.record_errors],
+                error_message=r.message,
             )
         )
     return ProduceResponse(

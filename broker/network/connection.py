@@ -28,6 +28,7 @@ from broker.network.request import Request
 from broker.network.sequencer import ResponseSequencer, Slot
 from protocol.framing import FrameDecoder, FrameError, parse_request_header, peek_key_version
 from protocol.registry import API_VERSIONS_KEY, APIS
+from protocol.validate import schema_violation
 
 if TYPE_CHECKING:
     from broker.network.request_channel import RequestChannel
@@ -118,6 +119,10 @@ class Connection(asyncio.Protocol):
             flexible = supported and spec.flexible(version)
             header, body_view = parse_request_header(frame, flexible)
             body = spec.request.decode(body_view, version=version) if supported else None
+            problem = schema_violation(body, version) if body is not None else None
+            if problem is not None:
+                self.close(f"malformed {spec.name} v{version} request: {problem}")
+                return None
         except FrameError as exc:
             self.close(str(exc))
             return None
