@@ -151,7 +151,6 @@ def run_request_path(requests: int, metrics_on: bool) -> dict:
     """The in-process request path, metrics on or off: seconds per request, no I/O."""
     import asyncio
     import gc
-    from types import SimpleNamespace
 
     from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
@@ -181,8 +180,7 @@ def run_request_path(requests: int, metrics_on: bool) -> dict:
             pass
 
     configure("WARNING", "json")  # no "connection opened" line in the output
-    broker = SimpleNamespace(node_id=1, channel=None, replica_manager=None, coordinator=None)
-    metrics = BrokerMetrics(broker) if metrics_on else None  # type: ignore[arg-type]
+    metrics = BrokerMetrics(node_id=1) if metrics_on else None
     channel = RequestChannel(1, 1 << 40, lambda r: response, metrics)
     channel.submit = channel.handle  # type: ignore[method-assign]  # no queue hop: no loop
     conn = Connection(channel, serial=False, max_frame=1 << 20)

@@ -47,8 +47,11 @@ from protocol.errors import ErrorCode
 from protocol.registry import APIS
 
 if TYPE_CHECKING:
+    from broker.group.coordinator import GroupCoordinator
+    from broker.metadata import MetadataStore
     from broker.network.request import Request
-    from broker.server import Broker
+    from broker.network.request_channel import RequestChannel
+    from broker.replica_manager import ReplicaManager
 
 log = structlog.get_logger("broker.metrics")
 
@@ -270,8 +273,13 @@ class BrokerMetrics:
     """The broker's registry (its own, not prometheus_client's global one) and the per-request
     stats the network layer records into."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, node_id: int) -> None:
+        self.node_id = node_id
+        # What the collector reads at scrape time, handed over by the composition root.
+        self.channel: RequestChannel | None = None
+        self.replica_manager: ReplicaManager | None = None
+        self.coordinator: GroupCoordinator | None = None
+        self.metadata: MetadataStore | None = None
         self.stats: dict[int, RequestStats] = {}  # (api key << 16 | version) -> stats
         self.timings: dict[str, ApiTimings] = {}
         self.topic_bytes_out: dict[Any, int] = {}
@@ -280,6 +288,11 @@ class BrokerMetrics:
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
+
+    def observe(self, channel: RequestChannel, replica_manager: ReplicaManager,
+                coordinator: GroupCoordinator, metadata: MetadataStore) -> None:
+        self.channel, self.replica_manager = channel, replica_manager
+        self.coordinator, self.metadata = coordinator, metadata
 
     def stats_for(self, request: Request) -> RequestStats:
         version = request.version if request.body is not None else UNSUPPORTED
@@ -324,19 +337,19 @@ class BrokerCollector(Collector):
         self.version = _version()
 
     def collect(self) -> Iterator[Metric]:
-        broker = self.metrics.broker
+        m = self.metrics
         info = GaugeMetricFamily(f"{PREFIX}_build_info", "mini-broker version (always 1).",
                                  labels=["version", "node_id"])
-        info.add_metric([self.version, str(broker.node_id)], 1)
+        info.add_metric([self.version, str(m.node_id)], 1)
         yield info
         yield from self._requests()
-        if broker.channel is not None:
-            yield from self._network(broker)
-        if broker.replica_manager is not None:
-            yield from self._purgatories(broker)
-            yield from self._logs(broker)
-        if broker.coordinator is not None:
-            yield from self._groups(broker)
+        if m.channel is not None:
+            yield from self._network(m.channel)
+        if m.replica_manager is not None:
+            yield from self._purgatories(m.replica_manager, m.coordinator)
+            yield from self._logs(m.replica_manager)
+            if m.coordinator is not None:
+                yield from self._groups(m.coordinator, m.replica_manager)
 
     # -- requests ------------------------------------------------------------------------------
     def _requests(self) -> Iterator[Metric]:
@@ -379,11 +392,9 @@ class BrokerCollector(Collector):
             yield fam
 
     # -- network -------------------------------------------------------------------------------
-    def _network(self, broker: Broker) -> Iterator[Metric]:
+    def _network(self, channel: RequestChannel) -> Iterator[Metric]:
         from broker.network.connection import MuteReason
 
-        channel = broker.channel
-        assert channel is not None
         conns = list(channel.connections)
         yield GaugeMetricFamily(f"{PREFIX}_connections", "Open client connections.",
                                 value=len(conns))
@@ -415,12 +426,11 @@ class BrokerCollector(Collector):
             value=sum(c.inflight for c in conns))
 
     # -- purgatories and the timer ---------------------------------------------------------------
-    def _purgatories(self, broker: Broker) -> Iterator[Metric]:
-        rm = broker.rm
+    def _purgatories(self, rm: ReplicaManager, coordinator: GroupCoordinator | None
+                     ) -> Iterator[Metric]:
         purgatories = [rm.produce_purgatory, rm.fetch_purgatory]
-        if broker.coordinator is not None:
-            purgatories += [broker.coordinator.join_purgatory,
-                            broker.coordinator.heartbeat_purgatory]
+        if coordinator is not None:
+            purgatories += [coordinator.join_purgatory, coordinator.heartbeat_purgatory]
         label = ["purgatory"]
         watched = GaugeMetricFamily(
             f"{PREFIX}_purgatory_watched", "Entries in the watcher lists (Kafka's "
@@ -487,8 +497,7 @@ class BrokerCollector(Collector):
         yield lateness
 
     # -- logs ----------------------------------------------------------------------------------
-    def _logs(self, broker: Broker) -> Iterator[Metric]:
-        rm = broker.rm
+    def _logs(self, rm: ReplicaManager) -> Iterator[Metric]:
         labels = ["topic", "partition"]
         leo = GaugeMetricFamily(f"{PREFIX}_log_end_offset", "Next offset to be assigned.",
                                 labels=labels)
@@ -526,7 +535,7 @@ class BrokerCollector(Collector):
             min_.add_metric([topic], messages_in[topic])
         yield tin
         yield min_
-        by_id = broker.metadata.by_id
+        by_id = self.metrics.metadata.by_id if self.metrics.metadata is not None else {}
         out: dict[str, int] = {}
         for key, n in list(self.metrics.topic_bytes_out.items()):
             if isinstance(key, str):
@@ -549,10 +558,9 @@ class BrokerCollector(Collector):
         yield flush
 
     # -- groups --------------------------------------------------------------------------------
-    def _groups(self, broker: Broker) -> Iterator[Metric]:
+    def _groups(self, coordinator: GroupCoordinator, rm: ReplicaManager) -> Iterator[Metric]:
         from broker.group.metadata import GroupState
 
-        coordinator = broker.group_coordinator
         groups = sorted(coordinator.groups.values(), key=lambda g: g.group_id)
         by_state = GaugeMetricFamily(f"{PREFIX}_groups", "Consumer groups, by state.",
                                      labels=["state"])
@@ -572,7 +580,7 @@ class BrokerCollector(Collector):
         lag = GaugeMetricFamily(f"{PREFIX}_group_lag",
                                 "High watermark minus committed offset (records not yet "
                                 "consumed by the group).", labels=["group", "topic", "partition"])
-        partitions = broker.rm.partitions
+        partitions = rm.partitions
         for g in groups:
             members.add_metric([g.group_id], len(g.members))
             generation.add_metric([g.group_id], g.generation_id)

@@ -1,23 +1,29 @@
-"""ReplicaManager: the partitions this broker leads, appends, reads, flushes, and purgatories.
+"""ReplicaManager: the partitions this broker leads and everything that appends to or reads them.
 
-Handlers call it (as Kafka's KafkaApis calls its ReplicaManager); it never sees the wire format.
-When a high watermark moves, the produce and fetch purgatories are checked for that partition:
-parked requests complete on the event, never on a poll.
+Like Kafka's ReplicaManager it owns produce and fetch end to end: validate, append or read,
+then answer now or park a DelayedProduce / DelayedFetch in its purgatories and hand back an
+awaitable (the one bridge is broker/delayed_result.py). Handlers and the offsets store call it
+and never see a purgatory; it never sees the wire format. Whatever moves a partition's high
+watermark or log start (append, fsync, retention, deletion) checks the purgatories for that
+partition here: parked requests complete on the event, never on a poll.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import structlog
 
-from broker.log.log import AppendInfo, Log
+from broker.delayed_fetch import DelayedFetch
+from broker.delayed_produce import DelayedProduce
+from broker.log.log import AppendInfo, Log, OffsetOutOfRangeError
 from broker.metrics import Histogram
 from broker.partition import Partition
+from broker.wallclock import now_ms
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import check_produce_request_version
 from purgatory import Purgatory, Timer
@@ -25,6 +31,7 @@ from purgatory import Purgatory, Timer
 log = structlog.get_logger("broker.replica")
 
 TopicPartition = tuple[str, int]
+VALID_ACKS = (0, 1, -1)
 
 
 @dataclass(slots=True)
@@ -38,8 +45,24 @@ class ProduceResult:
     record_errors: list[tuple[int, str | None]] = field(default_factory=list)
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
+ProduceResults = dict[TopicPartition, ProduceResult]
+
+
+@dataclass(slots=True)
+class PartitionFetch:
+    """One partition of a fetch: ``tp`` is None when the request named an unknown topic id."""
+
+    tp: TopicPartition | None
+    fetch_offset: int
+    max_bytes: int
+
+
+@dataclass(slots=True)
+class FetchResult:
+    error: ErrorCode
+    records: bytes = b""
+    high_watermark: int = -1
+    log_start_offset: int = -1
 
 
 class ReplicaManager:
@@ -58,14 +81,31 @@ class ReplicaManager:
 
     # -- produce ----------------------------------------------------------------------------
     def append_records(
-        self, entries: Iterable[tuple[TopicPartition, bytes | None]], api_version: int
-    ) -> dict[TopicPartition, ProduceResult]:
-        """Validate, assign offsets and append each partition's batches, in arrival order."""
-        results: dict[TopicPartition, ProduceResult] = {}
+        self, entries: Iterable[tuple[TopicPartition, bytes | None]], api_version: int,
+        acks: int = 1, timeout_ms: int = 0,
+    ) -> ProduceResults | Awaitable[ProduceResults]:
+        """Validate, assign offsets and append each partition's batches, in arrival order.
+
+        Answers at once, or (acks=-1, or a partition whose high watermark waits for the fsync)
+        with an awaitable that resolves when the high watermark covers every appended batch or
+        ``timeout_ms`` passes.
+        """
+        if acks not in VALID_ACKS:
+            return {tp: ProduceResult(ErrorCode.INVALID_REQUIRED_ACKS) for tp, _ in entries}
+        results: ProduceResults = {}
         ts = now_ms()
         for tp, records in entries:
             results[tp] = self._append_one(tp, records, ts, api_version)
-        return results
+        if acks == 0:
+            return results
+        partitions = self.partitions
+        waits = acks == -1 or any(
+            (p := partitions.get(tp)) is not None and p.hw_gated_by_flush for tp in results)
+        if not waits:
+            return results
+        op = DelayedProduce(timeout_ms, partitions, results)
+        self.produce_purgatory.try_complete_else_watch(op, list(results))
+        return op.future
 
     def _append_one(
         self, tp: TopicPartition, records: bytes | None, ts: int, api_version: int
@@ -86,6 +126,61 @@ class ReplicaManager:
         self._after_append(partition, info, hw_moved)
         return ProduceResult(ErrorCode.NONE, info.first_offset, info.last_offset,
                              info.log_append_time, partition.log_start_offset)
+
+    # -- fetch ------------------------------------------------------------------------------
+    def fetch_messages(
+        self, fetches: list[PartitionFetch], max_bytes: int, min_bytes: int, max_wait_ms: int,
+    ) -> list[FetchResult] | Awaitable[list[FetchResult]]:
+        """Read up to each high watermark; below ``min_bytes`` park a DelayedFetch that reads
+        again when enough became readable, a partition changed under it, or the wait ends."""
+        results = self.read_from_log(fetches, max_bytes)
+        total = sum(len(r.records) for r in results)
+        has_error = any(r.error != ErrorCode.NONE for r in results)
+        if max_wait_ms <= 0 or total >= min_bytes or has_error or not fetches:
+            return results
+        partitions = self.partitions
+        watched = [(f.tp, f.fetch_offset, partitions[f.tp].hw_bytes)  # type: ignore[index]
+                   for f in fetches]
+        op = DelayedFetch(max_wait_ms, partitions, watched, total, min_bytes,  # type: ignore[arg-type]
+                          lambda: self.read_from_log(fetches, max_bytes))
+        self.fetch_purgatory.try_complete_else_watch(op, [w[0] for w in watched])
+        return op.future
+
+    def read_from_log(self, fetches: list[PartitionFetch], max_bytes: int) -> list[FetchResult]:
+        """KIP-74: the first batch of the first partition with data is returned whole even when
+        larger than the limits, so a consumer always makes progress; after it, each partition's
+        max_bytes and the response's max_bytes bound what is read."""
+        remaining = max_bytes
+        min_one = True
+        results: list[FetchResult] = []
+        for f in fetches:
+            p = self.partitions.get(f.tp) if f.tp is not None else None
+            if p is None:
+                results.append(FetchResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            hw = p.high_watermark
+            try:
+                data = p.log.read(f.fetch_offset, min(f.max_bytes, max(remaining, 0)), hw, min_one)
+            except OffsetOutOfRangeError:
+                results.append(FetchResult(ErrorCode.OFFSET_OUT_OF_RANGE, b"", hw,
+                                           p.log_start_offset))
+                continue
+            if data:
+                min_one = False
+                remaining -= len(data)
+            results.append(FetchResult(ErrorCode.NONE, data, hw, p.log_start_offset))
+        return results
+
+    # -- retention ----------------------------------------------------------------------------
+    def apply_retention(self) -> None:
+        """Delete segments past retention; a fetch parked below a new log start answers now."""
+        ts = now_ms()
+        for p in list(self.partitions.values()):
+            deleted = p.log.delete_old_segments(ts, p.high_watermark)
+            if deleted:
+                log.info("retention deleted segments", topic=p.topic, partition=p.index,
+                         segments=deleted, log_start_offset=p.log_start_offset)
+                self.fetch_purgatory.check_and_complete(p.key)
 
     def _after_append(self, partition: Partition, info: AppendInfo, hw_moved: bool) -> None:
         if hw_moved:

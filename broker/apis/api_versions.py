@@ -14,8 +14,8 @@ from protocol.errors import ErrorCode
 from protocol.registry import APIS
 
 if TYPE_CHECKING:
+    from broker.context import ApiContext
     from broker.network.request import Request
-    from broker.server import Broker
 
 _KEYS = [
     ApiVersionsResponse.ApiVersion(api_key=s.key, min_version=s.advertised_min,
@@ -24,7 +24,7 @@ _KEYS = [
 ]
 
 
-def handle(broker: Broker, request: Request) -> ApiVersionsResponse:
+def handle(ctx: ApiContext, request: Request) -> ApiVersionsResponse:
     error = ErrorCode.NONE if request.body is not None else ErrorCode.UNSUPPORTED_VERSION
     return ApiVersionsResponse(
         error_code=error, api_keys=_KEYS, throttle_time_ms=0,

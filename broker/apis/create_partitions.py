@@ -9,25 +9,25 @@ from kafka.protocol.admin import CreatePartitionsResponse
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
+    from broker.context import ApiContext
     from broker.network.request import Request
-    from broker.server import Broker
 
 Result = CreatePartitionsResponse.CreatePartitionsTopicResult
 
 
-def handle(broker: Broker, request: Request) -> CreatePartitionsResponse:
+def handle(ctx: ApiContext, request: Request) -> CreatePartitionsResponse:
     req = request.body
     results = []
     for t in req.topics:
         try:
-            info = broker.metadata.topics.get(t.name)
+            info = ctx.topics.metadata.topics.get(t.name)
             if info is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {t.name}")
             if t.count <= info.partitions:
                 raise KafkaError(ErrorCode.INVALID_PARTITIONS,
                                  f"topic has {info.partitions} partitions; asked for {t.count}")
             if not req.validate_only:
-                broker.add_partitions(t.name, t.count)
+                ctx.topics.add_partitions(t.name, t.count)
             results.append(Result(name=t.name, error_code=0, error_message=None))
         except KafkaError as exc:
             results.append(Result(name=t.name, error_code=exc.error_code, error_message=str(exc)))

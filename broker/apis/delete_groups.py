@@ -10,12 +10,12 @@ from broker.apis.deferred import answer_later
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from broker.context import ApiContext
     from broker.network.request import Request
-    from broker.server import Broker
 
 
-def handle(broker: Broker, request: Request):  # type: ignore[no-untyped-def]
-    result = broker.group_coordinator.delete_groups(list(request.body.groups_names))
+def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
+    result = ctx.groups.delete_groups(list(request.body.groups_names))
     if isinstance(result, dict):
         return _response(result)
     return answer_later(result, _response)

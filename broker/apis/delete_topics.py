@@ -9,13 +9,13 @@ from kafka.protocol.admin import DeleteTopicsResponse
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
+    from broker.context import ApiContext
     from broker.network.request import Request
-    from broker.server import Broker
 
 Result = DeleteTopicsResponse.DeletableTopicResult
 
 
-def handle(broker: Broker, request: Request) -> DeleteTopicsResponse:
+def handle(ctx: ApiContext, request: Request) -> DeleteTopicsResponse:
     req = request.body
     if request.version >= 6:
         wanted = [(t.name, t.topic_id) for t in req.topics]
@@ -24,7 +24,7 @@ def handle(broker: Broker, request: Request) -> DeleteTopicsResponse:
     results = []
     for name, topic_id in wanted:
         if name is None:
-            info = broker.metadata.by_id.get(topic_id)
+            info = ctx.topics.metadata.by_id.get(topic_id)
             if info is None:
                 results.append(Result(name=None, topic_id=topic_id,
                                       error_code=ErrorCode.UNKNOWN_TOPIC_ID,
@@ -32,7 +32,7 @@ def handle(broker: Broker, request: Request) -> DeleteTopicsResponse:
                 continue
             name = info.name
         try:
-            info = broker.delete_topic(name)
+            info = ctx.topics.delete_topic(name)
             results.append(Result(name=name, topic_id=info.topic_id, error_code=0,
                                   error_message=None))
         except KafkaError as exc:

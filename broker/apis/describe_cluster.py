@@ -7,16 +7,16 @@ from typing import TYPE_CHECKING
 from kafka.protocol.admin import DescribeClusterResponse
 
 if TYPE_CHECKING:
+    from broker.context import ApiContext
     from broker.network.request import Request
-    from broker.server import Broker
 
 
-def handle(broker: Broker, request: Request) -> DescribeClusterResponse:
-    host, port = broker.advertised
-    node = DescribeClusterResponse.DescribeClusterBroker(broker_id=broker.node_id, host=host,
+def handle(ctx: ApiContext, request: Request) -> DescribeClusterResponse:
+    host, port = (ctx.node.host, ctx.node.port)
+    node = DescribeClusterResponse.DescribeClusterBroker(broker_id=ctx.node.node_id, host=host,
                                                          port=port, rack=None, is_fenced=False)
     return DescribeClusterResponse(
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1,
-        cluster_id=broker.metadata.cluster_id, controller_id=broker.node_id, brokers=[node],
+        cluster_id=ctx.topics.metadata.cluster_id, controller_id=ctx.node.node_id, brokers=[node],
         authorized_operations=None,
     )

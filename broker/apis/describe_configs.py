@@ -10,8 +10,8 @@ from broker.config import KEYS
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from broker.context import ApiContext
     from broker.network.request import Request
-    from broker.server import Broker
 
 Result = DescribeConfigsResponse.DescribeConfigsResult
 Entry = Result.DescribeConfigsResourceResult
@@ -21,27 +21,27 @@ TOPIC, BROKER = 2, 4
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 
 
-def handle(broker: Broker, request: Request) -> DescribeConfigsResponse:
-    results = [_describe(broker, r) for r in request.body.resources]
+def handle(ctx: ApiContext, request: Request) -> DescribeConfigsResponse:
+    results = [_describe(ctx, r) for r in request.body.resources]
     return DescribeConfigsResponse(throttle_time_ms=0, results=results)
 
 
-def _describe(broker: Broker, res) -> Result:  # type: ignore[no-untyped-def]
+def _describe(ctx: ApiContext, res) -> Result:  # type: ignore[no-untyped-def]
     if res.resource_type == TOPIC:
-        info = broker.metadata.topics.get(res.resource_name)
+        info = ctx.topics.metadata.topics.get(res.resource_name)
         if info is None:
             return _error(res, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "unknown topic")
         values = {
             k: (v, DYNAMIC_TOPIC_CONFIG if k in info.configs else DEFAULT_CONFIG)
-            for k, v in broker.topic_config(info).items()
+            for k, v in ctx.topics.topic_config(info).items()
         }
     elif res.resource_type == BROKER:
-        if res.resource_name not in ("", str(broker.node_id)):
+        if res.resource_name not in ("", str(ctx.node.node_id)):
             return _error(res, ErrorCode.INVALID_REQUEST, "unknown broker")
         values = {
             k: (",".join(v) if isinstance(v, list) else str(v).lower()
                 if isinstance(v, bool) else str(v), STATIC_BROKER_CONFIG)
-            for k, v in broker.config.items() if k in KEYS
+            for k, v in ctx.config.items() if k in KEYS
         }
     else:
         return _error(res, ErrorCode.INVALID_REQUEST, f"resource type {res.resource_type}")

@@ -9,17 +9,17 @@ from kafka.protocol.admin import DescribeGroupsResponse
 from broker.group.metadata import GroupState
 
 if TYPE_CHECKING:
+    from broker.context import ApiContext
     from broker.network.request import Request
-    from broker.server import Broker
 
 Described = DescribeGroupsResponse.DescribedGroup
 Member = Described.DescribedGroupMember
 
 
-def handle(broker: Broker, request: Request) -> DescribeGroupsResponse:
+def handle(ctx: ApiContext, request: Request) -> DescribeGroupsResponse:
     groups = []
     for gid in request.body.groups:
-        g = broker.group_coordinator.groups.get(gid)
+        g = ctx.groups.groups.get(gid)
         if g is None:
             groups.append(Described(error_code=0, group_id=gid, group_state="Dead",
                                     protocol_type="", protocol_data="", members=[],

@@ -13,18 +13,18 @@ from kafka.protocol.metadata import FindCoordinatorResponse
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from broker.context import ApiContext
     from broker.network.request import Request
-    from broker.server import Broker
 
 GROUP = 0
 
 
-def handle(broker: Broker, request: Request) -> FindCoordinatorResponse:
+def handle(ctx: ApiContext, request: Request) -> FindCoordinatorResponse:
     req = request.body
     key_type = getattr(req, "key_type", GROUP)
-    host, port = broker.advertised
+    host, port = (ctx.node.host, ctx.node.port)
     if key_type == GROUP:
-        error, node, message = ErrorCode.NONE, broker.node_id, None
+        error, node, message = ErrorCode.NONE, ctx.node.node_id, None
     else:
         error, node, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "no transactions"
         host, port = "", -1

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING
 from kafka.protocol.consumer import HeartbeatResponse
 
 if TYPE_CHECKING:
+    from broker.context import ApiContext
     from broker.network.request import Request
-    from broker.server import Broker
 
 
-def handle(broker: Broker, request: Request) -> HeartbeatResponse:
+def handle(ctx: ApiContext, request: Request) -> HeartbeatResponse:
     req = request.body
-    error = broker.group_coordinator.heartbeat(
+    error = ctx.groups.heartbeat(
         req.group_id, req.member_id, getattr(req, "group_instance_id", None), req.generation_id)
     return HeartbeatResponse(throttle_time_ms=0, error_code=error)

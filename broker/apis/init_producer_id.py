@@ -13,13 +13,13 @@ from kafka.protocol.producer import InitProducerIdResponse
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from broker.context import ApiContext
     from broker.network.request import Request
-    from broker.server import Broker
 
 _MAX_EPOCH = 32767
 
 
-def handle(broker: Broker, request: Request) -> InitProducerIdResponse:
+def handle(ctx: ApiContext, request: Request) -> InitProducerIdResponse:
     req = request.body
     if req.transactional_id is not None:
         return _answer(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, -1)
@@ -27,7 +27,7 @@ def handle(broker: Broker, request: Request) -> InitProducerIdResponse:
     epoch = getattr(req, "producer_epoch", -1)
     if pid >= 0 and 0 <= epoch < _MAX_EPOCH - 1:
         return _answer(ErrorCode.NONE, pid, epoch + 1)
-    return _answer(ErrorCode.NONE, broker.producer_ids.generate(), 0)
+    return _answer(ErrorCode.NONE, ctx.producer_ids.generate(), 0)
 
 
 def _answer(error: ErrorCode, pid: int, epoch: int) -> InitProducerIdResponse:

@@ -10,16 +10,16 @@ from broker.apis.deferred import answer_later
 from broker.group.metadata import JoinResult
 
 if TYPE_CHECKING:
+    from broker.context import ApiContext
     from broker.network.request import Request
-    from broker.server import Broker
 
 Member = JoinGroupResponse.JoinGroupResponseMember
 
 
-def handle(broker: Broker, request: Request):  # type: ignore[no-untyped-def]
+def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     req = request.body
     version = request.version
-    result = broker.group_coordinator.join_group(
+    result = ctx.groups.join_group(
         req.group_id, req.member_id, getattr(req, "group_instance_id", None),
         require_known_id=version >= 4, client_id=request.header.client_id or "",
         client_host=request.connection.peer.rpartition(":")[0],

@@ -7,17 +7,17 @@ from typing import TYPE_CHECKING
 from kafka.protocol.consumer import LeaveGroupResponse
 
 if TYPE_CHECKING:
+    from broker.context import ApiContext
     from broker.network.request import Request
-    from broker.server import Broker
 
 
-def handle(broker: Broker, request: Request) -> LeaveGroupResponse:
+def handle(ctx: ApiContext, request: Request) -> LeaveGroupResponse:
     req = request.body
     if request.version >= 3:
         members = [(m.member_id, m.group_instance_id) for m in req.members]
     else:
         members = [(req.member_id, None)]
-    error, results = broker.group_coordinator.leave_group(req.group_id, members)
+    error, results = ctx.groups.leave_group(req.group_id, members)
     if request.version < 3:
         return LeaveGroupResponse(throttle_time_ms=0, error_code=results[0])
     return LeaveGroupResponse(

@@ -9,9 +9,9 @@ from kafka.protocol.consumer import ListOffsetsResponse
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from broker.context import ApiContext
     from broker.network.request import Request
     from broker.partition import Partition
-    from broker.server import Broker
 
 TopicResponse = ListOffsetsResponse.ListOffsetsTopicResponse
 PartitionResponse = TopicResponse.ListOffsetsPartitionResponse
@@ -19,12 +19,12 @@ PartitionResponse = TopicResponse.ListOffsetsPartitionResponse
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
 
-def handle(broker: Broker, request: Request) -> ListOffsetsResponse:
+def handle(ctx: ApiContext, request: Request) -> ListOffsetsResponse:
     topics = []
     for t in request.body.topics:
         parts = []
         for p in t.partitions:
-            partition = broker.rm.partitions.get((t.name, p.partition_index))
+            partition = ctx.replica_manager.partitions.get((t.name, p.partition_index))
             if partition is None:
                 parts.append(PartitionResponse(partition_index=p.partition_index,
                                                error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,

@@ -10,58 +10,58 @@ from broker.metadata import TopicInfo
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
+    from broker.context import ApiContext
     from broker.network.request import Request
-    from broker.server import Broker
 
 Topic = MetadataResponse.MetadataResponseTopic
 PartitionMeta = Topic.MetadataResponsePartition
 
 
-def handle(broker: Broker, request: Request) -> MetadataResponse:
+def handle(ctx: ApiContext, request: Request) -> MetadataResponse:
     req = request.body
-    store = broker.metadata
+    store = ctx.topics.metadata
     topics: list[Topic] = []
     if req.topics is None or (request.version == 0 and not req.topics):
         wanted = list(store.topics.values())
-        topics = [_describe(broker, t) for t in wanted]
+        topics = [_describe(ctx, t) for t in wanted]
     else:
         allow_create = req.allow_auto_topic_creation if request.version >= 4 else True
         for t in req.topics:
-            topics.append(_lookup(broker, t.name, getattr(t, "topic_id", None), allow_create))
-    host, port = broker.advertised
+            topics.append(_lookup(ctx, t.name, getattr(t, "topic_id", None), allow_create))
+    host, port = (ctx.node.host, ctx.node.port)
     return MetadataResponse(
         throttle_time_ms=0,
-        brokers=[MetadataResponse.MetadataResponseBroker(node_id=broker.node_id, host=host,
+        brokers=[MetadataResponse.MetadataResponseBroker(node_id=ctx.node.node_id, host=host,
                                                          port=port, rack=None)],
         cluster_id=store.cluster_id,
-        controller_id=broker.node_id,
+        controller_id=ctx.node.node_id,
         topics=topics,
     )
 
 
-def _lookup(broker: Broker, name: str | None, topic_id: object, allow_create: bool) -> Topic:
-    store = broker.metadata
+def _lookup(ctx: ApiContext, name: str | None, topic_id: object, allow_create: bool) -> Topic:
+    store = ctx.topics.metadata
     if name is None:
         info = store.by_id.get(topic_id)  # type: ignore[arg-type]
         if info is None:
             return _error(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id)
-        return _describe(broker, info)
+        return _describe(ctx, info)
     info = store.topics.get(name)
     if info is None:
         if not allow_create:
             return _error(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         try:
-            info = broker.auto_create(name)
+            info = ctx.topics.auto_create(name)
         except KafkaError as exc:
             return _error(name, exc.error_code)
         if info is None:
             return _error(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         # Kafka answers LEADER_NOT_AVAILABLE right after creation; our leader exists at once.
-    return _describe(broker, info)
+    return _describe(ctx, info)
 
 
-def _describe(broker: Broker, info: TopicInfo) -> Topic:
-    node = broker.node_id
+def _describe(ctx: ApiContext, info: TopicInfo) -> Topic:
+    node = ctx.node.node_id
     parts = [
         PartitionMeta(error_code=0, partition_index=i, leader_id=node, leader_epoch=0,
                       replica_nodes=[node], isr_nodes=[node], offline_replicas=[])

@@ -12,15 +12,15 @@ from broker.group.metadata import OffsetAndMetadata
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from broker.context import ApiContext
     from broker.network.request import Request
-    from broker.server import Broker
 
 Topic = OffsetCommitResponse.OffsetCommitResponseTopic
 Partition = Topic.OffsetCommitResponsePartition
 TopicPartition = tuple[str, int]
 
 
-def handle(broker: Broker, request: Request):  # type: ignore[no-untyped-def]
+def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     req = request.body
     now = int(time.time() * 1000)
     offsets = {
@@ -29,7 +29,7 @@ def handle(broker: Broker, request: Request):  # type: ignore[no-untyped-def]
             p.committed_metadata or "", now)
         for t in req.topics for p in t.partitions
     }
-    result = broker.group_coordinator.commit_offsets(
+    result = ctx.groups.commit_offsets(
         req.group_id, req.member_id, getattr(req, "group_instance_id", None),
         req.generation_id_or_member_epoch, offsets)
     if isinstance(result, dict):

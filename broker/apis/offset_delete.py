@@ -10,18 +10,18 @@ from broker.apis.deferred import answer_later
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from broker.context import ApiContext
     from broker.network.request import Request
-    from broker.server import Broker
 
 Topic = OffsetDeleteResponse.OffsetDeleteResponseTopic
 Partition = Topic.OffsetDeleteResponsePartition
 Result = tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]
 
 
-def handle(broker: Broker, request: Request):  # type: ignore[no-untyped-def]
+def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     req = request.body
     wanted = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
-    result = broker.group_coordinator.delete_offsets(req.group_id, wanted)
+    result = ctx.groups.delete_offsets(req.group_id, wanted)
     if isinstance(result, tuple):
         return _response(result)
     return answer_later(result, _response)

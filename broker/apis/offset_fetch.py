@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.consumer import OffsetFetchResponse
 
 if TYPE_CHECKING:
+    from broker.context import ApiContext
     from broker.group.metadata import OffsetAndMetadata
     from broker.network.request import Request
-    from broker.server import Broker
 
 OldTopic = OffsetFetchResponse.OffsetFetchResponseTopic
 OldPartition = OldTopic.OffsetFetchResponsePartition
@@ -21,9 +21,9 @@ NewTopic = Group.OffsetFetchResponseTopics
 NewPartition = NewTopic.OffsetFetchResponsePartitions
 
 
-def handle(broker: Broker, request: Request) -> OffsetFetchResponse:
+def handle(ctx: ApiContext, request: Request) -> OffsetFetchResponse:
     req = request.body
-    coordinator = broker.group_coordinator
+    coordinator = ctx.groups
     if request.version >= 8:
         groups = []
         for g in req.groups:

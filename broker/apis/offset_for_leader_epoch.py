@@ -13,19 +13,19 @@ from kafka.protocol.consumer import OffsetForLeaderEpochResponse
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from broker.context import ApiContext
     from broker.network.request import Request
-    from broker.server import Broker
 
 TopicResult = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
 EpochEndOffset = TopicResult.EpochEndOffset
 
 
-def handle(broker: Broker, request: Request) -> OffsetForLeaderEpochResponse:
+def handle(ctx: ApiContext, request: Request) -> OffsetForLeaderEpochResponse:
     topics = []
     for t in request.body.topics:
         parts = []
         for p in t.partitions:
-            partition = broker.rm.partitions.get((t.topic, p.partition))
+            partition = ctx.replica_manager.partitions.get((t.topic, p.partition))
             if partition is None:
                 parts.append(EpochEndOffset(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                             partition=p.partition, leader_epoch=-1,

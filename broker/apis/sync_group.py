@@ -10,13 +10,13 @@ from broker.apis.deferred import answer_later
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from broker.context import ApiContext
     from broker.network.request import Request
-    from broker.server import Broker
 
 
-def handle(broker: Broker, request: Request):  # type: ignore[no-untyped-def]
+def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     req = request.body
-    coordinator = broker.group_coordinator
+    coordinator = ctx.groups
     result = coordinator.sync_group(
         req.group_id, req.generation_id, req.member_id, getattr(req, "group_instance_id", None),
         getattr(req, "protocol_type", None), getattr(req, "protocol_name", None),

@@ -9,13 +9,13 @@ committed offsets are written to __consumer_offsets and answered once committed 
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import structlog
 
+from broker.config import BrokerConfig
 from broker.group.delayed import (
     DelayedHeartbeat,
     DelayedJoin,
@@ -36,31 +36,47 @@ from broker.group.offsets_store import (
     offset_key,
     offset_value,
 )
+from broker.wallclock import now_ms
 from protocol.errors import ErrorCode
 from purgatory import Purgatory, Timer
-
-if TYPE_CHECKING:
-    from broker.server import Broker
 
 log = structlog.get_logger("broker.group")
 
 S = GroupState
 TopicPartition = tuple[str, int]
 MAX_METADATA = 4096  # Kafka's offset.metadata.max.bytes
+# Kafka's GroupCoordinator.NewMemberJoinTimeoutMs: a new member cannot heartbeat while its first
+# JoinGroup is parked, so its session is this instead; a client that gave up simply rejoins.
+NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    initial_rebalance_delay_ms: int
+    min_session_timeout_ms: int
+    max_session_timeout_ms: int
+    offsets_retention_ms: int
+    new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS
+
+    @classmethod
+    def of(cls, cfg: BrokerConfig) -> GroupConfig:
+        return cls(cfg["group.initial.rebalance.delay.ms"], cfg["group.min.session.timeout.ms"],
+                   cfg["group.max.session.timeout.ms"], cfg["offsets.retention.minutes"] * 60_000)
 
 
 class GroupCoordinator:
-    def __init__(self, broker: Broker, timer: Timer) -> None:
-        cfg = broker.config
-        self.broker = broker
-        self.initial_delay_ms: int = cfg["group.initial.rebalance.delay.ms"]
-        self.min_session_ms: int = cfg["group.min.session.timeout.ms"]
-        self.max_session_ms: int = cfg["group.max.session.timeout.ms"]
-        self.retention_ms: int = cfg["offsets.retention.minutes"] * 60_000
+    def __init__(self, config: GroupConfig, timer: Timer, store: OffsetsStore,
+                 partition_exists: Callable[[TopicPartition], bool]) -> None:
+        self.config = config
+        self.initial_delay_ms = config.initial_rebalance_delay_ms
+        self.min_session_ms = config.min_session_timeout_ms
+        self.max_session_ms = config.max_session_timeout_ms
+        self.retention_ms = config.offsets_retention_ms
         self.groups: dict[str, GroupMetadata] = {}
         self.join_purgatory: Purgatory = Purgatory("join", timer)
         self.heartbeat_purgatory: Purgatory = Purgatory("heartbeat", timer)
-        self.store = OffsetsStore(broker, cfg["offsets.topic.num.partitions"])
+        self.store = store
+        self._partition_exists = partition_exists
         self.rebalances: dict[str, int] = {}  # rebalances started per group (metrics)
 
     def start(self) -> None:
@@ -181,6 +197,9 @@ class GroupCoordinator:
     def _add_and_rebalance(self, group: GroupMetadata, member: MemberMetadata
                            ) -> asyncio.Future[JoinResult]:
         fut = member.awaiting_join = asyncio.get_running_loop().create_future()
+        # Only a member arriving while the first rebalance waits extends its initial delay.
+        if group.is_(S.PREPARING_REBALANCE) and group.generation_id == 0:
+            group.new_member_added = True
         group.add(member)
         self._schedule_heartbeat(group, member)
         self._maybe_prepare_rebalance(group, f"member {member.member_id} joined")
@@ -202,10 +221,9 @@ class GroupCoordinator:
         if group.is_(S.COMPLETING_REBALANCE):
             self._reset_and_propagate_assignment(group, ErrorCode.REBALANCE_IN_PROGRESS)
         if group.is_(S.EMPTY):
-            delay = min(self.initial_delay_ms, group.max_rebalance_timeout())
+            delay = self.initial_delay_ms
             op: DelayedJoin = InitialDelayedJoin(
-                self, group, self.initial_delay_ms, delay,
-                max(group.max_rebalance_timeout() - delay, 0))
+                self, group, delay, delay, max(group.max_rebalance_timeout() - delay, 0))
         else:
             op = DelayedJoin(self, group, group.max_rebalance_timeout())
         group.transition(S.PREPARING_REBALANCE)
@@ -215,7 +233,6 @@ class GroupCoordinator:
         self.park_join(op)
 
     def park_join(self, op: DelayedJoin) -> None:
-        op.group.pending_join = op
         self.join_purgatory.try_complete_else_watch(op, [op.group.group_id])
 
     def complete_join(self, group: GroupMetadata) -> None:
@@ -355,8 +372,9 @@ class GroupCoordinator:
         return ErrorCode.NONE, results
 
     def expire_member(self, group: GroupMetadata, member: MemberMetadata) -> None:
-        """A DelayedHeartbeat expired: the member's session is over."""
-        if group.members.get(member.member_id) is member:
+        """A DelayedHeartbeat expired: the member's session is over, unless it is kept alive
+        by a JoinGroup or SyncGroup the broker has not answered yet."""
+        if group.members.get(member.member_id) is member and not member.has_satisfied_heartbeat():
             self._remove_and_update(group, member, "session timed out")
 
     def expire_pending(self, group: GroupMetadata, member_id: str) -> None:
@@ -401,7 +419,9 @@ class GroupCoordinator:
         member.heartbeat_satisfied = True
         self.heartbeat_purgatory.check_and_complete(key)
         member.heartbeat_satisfied = False
-        op = DelayedHeartbeat(self, group, member, member.session_timeout_ms)
+        timeout = (self.config.new_member_join_timeout_ms if member.is_new
+                   else member.session_timeout_ms)
+        op = DelayedHeartbeat(self, group, member, timeout)
         self.heartbeat_purgatory.try_complete_else_watch(op, [key])
 
     def _check_member(self, group: GroupMetadata | None, member_id: str,
@@ -434,7 +454,7 @@ class GroupCoordinator:
         for tp, om in offsets.items():
             if len(om.metadata.encode()) > MAX_METADATA:
                 results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-            elif tp not in self.broker.rm.partitions:
+            elif not self._partition_exists(tp):
                 results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 accepted[tp] = om
@@ -539,7 +559,7 @@ class GroupCoordinator:
 
     def expire_offsets(self) -> int:
         """offsets.retention.minutes: offsets of groups empty for that long are deleted."""
-        now = int(time.time() * 1000)
+        now = now_ms()
         removed = 0
         for gid, group in list(self.groups.items()):
             if not group.is_(S.EMPTY):

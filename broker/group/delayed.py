@@ -5,7 +5,9 @@ InitialDelayedJoin: the first rebalance of an empty group waits group.initial.re
 again while new members keep arriving, up to the rebalance timeout, so a group starting with
 several members rebalances once instead of once per member.
 DelayedHeartbeat: a member's session; a heartbeat satisfies it and a new one is scheduled, and
-its expiry removes the member.
+its expiry removes the member. A member awaiting its JoinGroup or SyncGroup answer cannot
+heartbeat (its client waits on the broker), so it counts as alive then, as in Kafka; a new
+member's first join is bounded by the coordinator's new-member join timeout instead.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class InitialDelayedJoin(DelayedJoin):
                  delay_ms: int, remaining_ms: int) -> None:
         super().__init__(coordinator, group, delay_ms)
         self.configured_ms = configured_ms
+        self.delay_ms = delay_ms
         self.remaining_ms = remaining_ms
 
     def try_complete(self) -> bool:
@@ -54,7 +57,7 @@ class InitialDelayedJoin(DelayedJoin):
             group.new_member_added = False
             delay = min(self.configured_ms, self.remaining_ms)
             nxt = InitialDelayedJoin(self.coordinator, group, self.configured_ms, delay,
-                                     max(self.remaining_ms - delay, 0))
+                                     max(self.remaining_ms - self.delay_ms, 0))
             self.coordinator.park_join(nxt)
         else:
             super().on_complete()
@@ -69,7 +72,7 @@ class DelayedHeartbeat(DelayedOperation):
         self.member = member
 
     def try_complete(self) -> bool:
-        if self.member.heartbeat_satisfied or self.group.members.get(
+        if self.member.has_satisfied_heartbeat() or self.group.members.get(
                 self.member.member_id) is not self.member:
             return self.force_complete()
         return False

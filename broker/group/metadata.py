@@ -7,10 +7,10 @@ PreparingRebalance when membership changes, and Dead when the group is deleted.
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+
+from broker.wallclock import now_ms
 
 
 class GroupState(Enum):
@@ -58,6 +58,15 @@ class MemberMetadata:
     heartbeat_satisfied: bool = False
     is_new: bool = True
 
+    def has_satisfied_heartbeat(self) -> bool:
+        """Kafka's rule: awaiting a JoinGroup or SyncGroup answer keeps a member alive, except
+        a new member's first join, which its own join timeout bounds."""
+        if self.is_new:
+            return self.heartbeat_satisfied
+        if self.awaiting_join is not None or self.awaiting_sync is not None:
+            return True
+        return self.heartbeat_satisfied
+
     def metadata_for(self, protocol: str) -> bytes:
         for name, meta in self.protocols:
             if name == protocol:
@@ -80,13 +89,13 @@ class GroupMetadata:
     pending_members: set[str] = field(default_factory=set)
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
+    # A member joined while the first rebalance's initial delay ran: extend it once more.
     new_member_added: bool = False
-    state_timestamp: int = field(default_factory=lambda: int(time.time() * 1000))
-    pending_join: Any = None  # the DelayedJoin parked for this group's rebalance
+    state_timestamp: int = field(default_factory=now_ms)
 
     def transition(self, state: GroupState) -> None:
         self.state = state
-        self.state_timestamp = int(time.time() * 1000)
+        self.state_timestamp = now_ms()
 
     def is_(self, *states: GroupState) -> bool:
         return self.state in states
@@ -103,7 +112,6 @@ class GroupMetadata:
         self.members[member.member_id] = member
         if member.group_instance_id is not None:
             self.static_members[member.group_instance_id] = member.member_id
-        self.new_member_added = True
 
     def rename(self, old_id: str, new_id: str) -> None:
         """A static member continues under a new member id, keeping its metadata."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import struct
-import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -19,12 +18,14 @@ import structlog
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
-from broker.delayed_produce import DelayedProduce
 from broker.group.metadata import GroupMetadata, GroupState, MemberMetadata, OffsetAndMetadata
+from broker.wallclock import now_ms
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.server import Broker
+    from broker.partition import Partition
+    from broker.replica_manager import ProduceResults, ReplicaManager
+    from broker.topic_admin import TopicAdmin
 
 log = structlog.get_logger("broker.group")
 
@@ -179,17 +180,21 @@ def _load_group_value(group: GroupMetadata, value: bytes) -> None:
 # -- the store --------------------------------------------------------------------------------
 
 class OffsetsStore:
-    def __init__(self, broker: Broker, num_partitions: int) -> None:
-        self.broker = broker
+    """Reads and appends `__consumer_offsets` through the ReplicaManager, like any producer."""
+
+    def __init__(self, replica_manager: ReplicaManager, topics: TopicAdmin, num_partitions: int
+                 ) -> None:
+        self.replica_manager = replica_manager
+        self.topics = topics
         self.num_partitions = num_partitions
 
     def partition_for(self, group_id: str) -> int:
         return (java_string_hash(group_id) & 0x7FFFFFFF) % self.num_partitions
 
     def ensure_topic(self) -> None:
-        info = self.broker.metadata.topics.get(TOPIC)
+        info = self.topics.metadata.topics.get(TOPIC)
         if info is None:
-            self.broker.create_topic(TOPIC, self.num_partitions,
+            self.topics.create_topic(TOPIC, self.num_partitions,
                                      {"cleanup.policy": "compact", "segment.bytes": "104857600"})
         else:
             self.num_partitions = info.partitions
@@ -198,7 +203,7 @@ class OffsetsStore:
         groups: dict[str, GroupMetadata] = {}
         records = 0
         for index in range(self.num_partitions):
-            partition = self.broker.rm.partitions[(TOPIC, index)]
+            partition = self.replica_manager.partitions[(TOPIC, index)]
             for key, value in _read_all(partition):
                 if key is not None:
                     apply_record(groups, key, value)
@@ -213,27 +218,28 @@ class OffsetsStore:
         fut: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
         tp = (TOPIC, self.partition_for(group_id))
         builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 30)
-        now = int(time.time() * 1000)
+        now = now_ms()
         for i, (key, value) in enumerate(records):
             builder.append(i, now, key, value, [])
-        rm = self.broker.rm
-        results = rm.append_records([(tp, bytes(builder.build()))], api_version=11)
-        if results[tp].error != ErrorCode.NONE:
-            fut.set_result(results[tp].error)
+        appended = self.replica_manager.append_records(
+            [(tp, bytes(builder.build()))], api_version=11, acks=-1, timeout_ms=COMMIT_TIMEOUT_MS)
+        if isinstance(appended, dict):
+            fut.set_result(appended[tp].error)
             return fut
 
-        def respond(res: dict) -> ErrorCode:
-            code = res[tp].error
-            if not fut.done():
-                fut.set_result(code)
-            return code
+        def done(f: asyncio.Future[ProduceResults]) -> None:
+            if fut.done():
+                return
+            if f.exception() is not None:
+                fut.set_result(ErrorCode.UNKNOWN_SERVER_ERROR)
+            else:
+                fut.set_result(f.result()[tp].error)
 
-        op = DelayedProduce(COMMIT_TIMEOUT_MS, rm, results, respond)
-        rm.produce_purgatory.try_complete_else_watch(op, [tp])
+        asyncio.ensure_future(appended).add_done_callback(done)
         return fut
 
 
-def _read_all(partition) -> Iterator[tuple[bytes | None, bytes | None]]:  # type: ignore[no-untyped-def]
+def _read_all(partition: Partition) -> Iterator[tuple[bytes | None, bytes | None]]:
     offset = partition.log_start_offset
     end = partition.high_watermark
     while offset < end:

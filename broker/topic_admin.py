@@ -1,0 +1,139 @@
+"""Topic administration: create, delete and grow topics, and the configs each one runs with.
+
+The one owner of the topics' metadata (MetadataStore) on the way in: it validates, records the
+topic, opens or deletes its logs and hands its partitions to the ReplicaManager, so handlers and
+the group coordinator never touch those pieces themselves.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from broker.config import BrokerConfig
+from broker.log.log import LogConfig
+from broker.log.manager import LogManager
+from broker.metadata import (
+    TOPIC_CONFIG_DEFAULTS,
+    MetadataStore,
+    TopicInfo,
+    validate_topic_configs,
+    validate_topic_name,
+)
+from broker.partition import Partition
+from broker.replica_manager import ReplicaManager
+from protocol.errors import ErrorCode, KafkaError
+
+log = structlog.get_logger("broker")
+
+
+def topic_defaults(config: BrokerConfig) -> dict[str, str]:
+    """Each topic config's value when a topic does not override it: the broker's key's."""
+    return {key: str(config[broker_key]) if broker_key else "delete"
+            for key, broker_key in TOPIC_CONFIG_DEFAULTS.items()}
+
+
+def log_config(config: BrokerConfig, overrides: dict[str, str]) -> LogConfig:
+    """The LogConfig a topic's logs run with: its overrides over the broker's defaults."""
+    eff = {**topic_defaults(config), **overrides}
+    return LogConfig(
+        segment_bytes=int(eff["segment.bytes"]),
+        roll_ms=int(eff["segment.ms"]),
+        retention_ms=int(eff["retention.ms"]),
+        retention_bytes=int(eff["retention.bytes"]),
+        flush_interval_messages=int(eff["flush.messages"]),
+        flush_interval_ms=int(eff["flush.ms"]),
+        index_interval_bytes=int(eff["index.interval.bytes"]),
+        message_timestamp_type=eff["message.timestamp.type"],
+        max_message_bytes=int(eff["max.message.bytes"]),
+    )
+
+
+class TopicAdmin:
+    def __init__(self, config: BrokerConfig, metadata: MetadataStore, log_manager: LogManager,
+                 replica_manager: ReplicaManager) -> None:
+        self.config = config
+        self.metadata = metadata
+        self.log_manager = log_manager
+        self.replica_manager = replica_manager
+
+    # -- configs --------------------------------------------------------------------------------
+    def topic_config(self, topic: TopicInfo | None) -> dict[str, str]:
+        """Effective topic configs: the topic's overrides over the broker's defaults."""
+        overrides = topic.configs if topic else {}
+        return {**self._defaults(), **{k: v for k, v in overrides.items()
+                                       if k in TOPIC_CONFIG_DEFAULTS}}
+
+    def _defaults(self) -> dict[str, str]:
+        return topic_defaults(self.config)
+
+    def log_config(self, overrides: dict[str, str]) -> LogConfig:
+        return log_config(self.config, overrides)
+
+    # -- topics ---------------------------------------------------------------------------------
+    def check_new_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
+        """Everything create_topic checks, without creating (CreateTopics' validate_only)."""
+        validate_topic_name(name)
+        if name in self.metadata.topics:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name} already exists")
+        if partitions < 1:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, "partitions must be at least 1")
+        validate_topic_configs(configs)
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
+        self.check_new_topic(name, partitions, configs)
+        info = self.metadata.add(name, partitions, configs)
+        for index in range(partitions):
+            self._open_partition(info, index)
+        log.info("topic created", topic=name, partitions=partitions, configs=configs)
+        return info
+
+    def auto_create(self, name: str) -> TopicInfo | None:
+        """Kafka's auto.create.topics.enable: a metadata request for a new name creates it."""
+        if not self.config["auto.create.topics.enable"]:
+            return None
+        return self.create_topic(name, self.config["num.partitions"], {})
+
+    def add_partitions(self, name: str, total: int, validate_only: bool = False) -> None:
+        info = self.metadata.topics.get(name)
+        if info is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name}")
+        if total <= info.partitions:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                             f"topic {name} has {info.partitions} partitions; asked for {total}")
+        if validate_only:
+            return
+        old = info.partitions
+        info.partitions = total
+        self.metadata.save()
+        for index in range(old, total):
+            self._open_partition(info, index)
+        log.info("partitions added", topic=name, partitions=total)
+
+    def delete_topic(self, name: str) -> TopicInfo:
+        info = self.metadata.topics.get(name)
+        if info is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name}")
+        self.metadata.remove(name)
+        for index in range(info.partitions):
+            self.replica_manager.remove_partition((name, index))
+            self.log_manager.delete_log((name, index))
+        log.info("topic deleted", topic=name)
+        return info
+
+    def open_all(self) -> None:
+        """At start: every known topic's partitions, on the logs the LogManager recovered."""
+        for info in self.metadata.topics.values():
+            for index in range(info.partitions):
+                self._open_partition(info, index)
+
+    def _open_partition(self, info: TopicInfo, index: int) -> Partition:
+        cfg = self.log_config(info.configs)
+        tp = (info.name, index)
+        plog = self.log_manager.get_log(tp)
+        if plog is None:
+            plog = self.log_manager.create_log(info.name, index, cfg)
+        else:
+            plog.update_config(cfg)
+        partition = Partition(info.name, index, plog, cfg.flush_interval_messages == 1)
+        self.replica_manager.add_partition(partition)
+        return partition
