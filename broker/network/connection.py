@@ -20,12 +20,12 @@ import itertools
 import time
 from collections import deque
 from enum import IntFlag
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 
 from broker.network.request import Request
-from broker.network.sequencer import ResponseSequencer, Slot
+from broker.network.sequencer import ResponseSequencer
 from protocol.framing import FrameDecoder, FrameError, parse_request_header, peek_key_version
 from protocol.registry import API_VERSIONS_KEY, APIS
 from protocol.validate import schema_violation
@@ -59,11 +59,11 @@ class Connection(asyncio.Protocol):
         self._paused = False
         self._pending: deque[bytes] = deque()  # parsed frames not yet dispatched (serial mode)
         self.inflight = 0
-        self.sequencer = ResponseSequencer(self._write, self._on_sent)
+        self.sequencer: ResponseSequencer[Request] = ResponseSequencer(self._write, self._on_sent)
         self._timed = channel.metrics is not None
-        self._write_started = 0.0
+        self._write_started = 0.0  # when the latest response was handed to the transport
         self._draining = False  # the transport holds unsent bytes (metrics on only)
-        self._undrained: list[tuple[Any, float, float, float]] = []
+        self._undrained: list[Request] = []
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -87,8 +87,8 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        for slot in self.sequencer.clear():
-            self.channel.release(slot.size)
+        for request in self.sequencer.clear():
+            self.channel.release(request.size)
         self._pending.clear()
         self.channel.unregister(self)
         log.info("connection closed", peer=self.peer, channel=self.channel_id)
@@ -131,29 +131,29 @@ class Connection(asyncio.Protocol):
             return None
         expects = body is None or body.expect_response()
         size = len(frame)
-        slot = self.sequencer.reserve(size) if expects else None
+        request = Request(self, header, spec, body, expects, size, time.monotonic())
+        if expects:
+            self.sequencer.reserve(request)
         self.inflight += 1
         self.channel.hold(self, size)
         if self.inflight >= MAX_INFLIGHT_PER_CONNECTION:
             self.set_mute(MuteReason.INFLIGHT)
-        return Request(self, header, spec, body, slot, size, time.monotonic())
+        return request
 
-    def finish(self, request: Request, payload: bytes | None, ready: float = 0.0) -> None:
-        """Called by the channel when a request is done (payload None: no response);
-        ``ready`` is when the response was built (metrics)."""
-        slot = request.slot
-        if slot is None:
+    def finish(self, request: Request, payload: bytes | None) -> None:
+        """Called by the channel when a request is done; ``payload`` is its encoded response,
+        None when it expects none (or when it failed and this connection is closing)."""
+        if not request.expects_response:
             self.channel.release(request.size)
             if request.stats is not None:
+                ready = request.ready
                 request.stats.sent(request.received, ready, ready, ready)
             if not self.closed:
                 self._done_one()
+        elif payload is None:
+            self.close(f"no response to a {request.spec.name} request that expects one")
         elif not self.closed:
-            if request.stats is not None:
-                slot.stats = request.stats
-                slot.received = request.received
-                slot.ready = ready
-            self.sequencer.complete(slot, payload or b"")
+            self.sequencer.complete(request, payload)
 
     def _write(self, payload: bytes) -> None:
         if self.transport is not None and not self.closed:
@@ -161,14 +161,16 @@ class Connection(asyncio.Protocol):
                 self._write_started = time.monotonic()
             self.transport.write(payload)
 
-    def _on_sent(self, slot: Slot) -> None:
-        self.channel.release(slot.size)
-        stats = slot.stats
+    def _on_sent(self, request: Request) -> None:
+        self.channel.release(request.size)
+        stats = request.stats
         if stats is not None:
+            request.write_started = self._write_started
             if self._draining:
-                self._undrained.append((stats, slot.received, slot.ready, self._write_started))
+                self._undrained.append(request)
             else:
-                stats.sent(slot.received, slot.ready, self._write_started, time.monotonic())
+                stats.sent(request.received, request.ready, request.write_started,
+                           time.monotonic())
         self._done_one()
 
     # -- write flow: the transport's buffer passed its high-water mark, then drained ---------
@@ -180,8 +182,8 @@ class Connection(asyncio.Protocol):
         if self._undrained:
             end = time.monotonic()
             undrained, self._undrained = self._undrained, []
-            for stats, received, ready, started in undrained:
-                stats.sent(received, ready, started, end)
+            for r in undrained:
+                r.stats.sent(r.received, r.ready, r.write_started, end)  # type: ignore[union-attr]
 
     def _done_one(self) -> None:
         self.inflight -= 1

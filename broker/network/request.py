@@ -1,11 +1,15 @@
-"""One parsed request on its way through the broker, with the times of its phases."""
+"""One parsed request on its way through the broker: the single owner of its life and timings.
+
+Parsed by its Connection, queued by the RequestChannel, handled, then (when it expects a
+response) held by the connection's sequencer until its response is written. The times of each
+phase live here and nowhere else, so metrics and the slow-request log read one object.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from broker.network.sequencer import Slot
 from protocol.framing import RequestHeaderView
 from protocol.registry import ApiSpec
 
@@ -14,17 +18,20 @@ if TYPE_CHECKING:
     from broker.network.connection import Connection
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Request:
     connection: Connection
     header: RequestHeaderView
     spec: ApiSpec
     body: Any  # the decoded request; None for an ApiVersions of a version we do not serve
-    slot: Slot | None
-    size: int
-    received: float
-    dequeued: float = 0.0
+    expects_response: bool  # False only for Produce with acks=0
+    size: int  # request bytes held against queued.max.request.bytes until answered
+    received: float  # parsed off the socket
+    dequeued: float = 0.0  # a handler took it
     local_done: float = 0.0  # set only when the handler returned an awaitable (parked)
+    ready: float = 0.0  # the response was built
+    write_started: float = 0.0  # the response was handed to the transport (metrics on)
+    payload: bytes | None = None  # the encoded response, while it waits in the sequencer
     stats: RequestStats | None = None  # metrics on: this request's (API, version) counters
 
     @property

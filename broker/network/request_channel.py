@@ -148,10 +148,13 @@ class RequestChannel:
 
     def _respond(self, request: Request, response: ApiMessage | None) -> None:
         conn = request.connection
-        if response is None or request.slot is None:
-            now = time.monotonic()
-            self._completed(request, response, now)
-            conn.finish(request, None, now)
+        if not request.expects_response:
+            request.ready = time.monotonic()
+            self._completed(request, response)
+            conn.finish(request, None)
+            return
+        if response is None:
+            self._fail(request, RuntimeError(f"the {request.spec.name} handler gave no response"))
             return
         version = request.version if request.body is not None else 0
         try:
@@ -162,12 +165,13 @@ class RequestChannel:
         # ApiVersions always answers with response header v0, so old clients can read it.
         flexible = request.spec.key != API_VERSIONS_KEY and request.spec.flexible(version)
         payload = encode_response(request.header.correlation_id, flexible, body)
-        now = time.monotonic()
-        self._completed(request, response, now)
-        conn.finish(request, payload, now)
+        request.ready = time.monotonic()
+        self._completed(request, response)
+        conn.finish(request, payload)
 
-    def _completed(self, request: Request, response: ApiMessage | None, now: float) -> None:
+    def _completed(self, request: Request, response: ApiMessage | None) -> None:
         """Metrics, the slow-request line and the debug line, once the response is built."""
+        now = request.ready
         stats = request.stats
         if stats is not None:
             stats.completed(request, response, now)

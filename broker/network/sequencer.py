@@ -8,51 +8,48 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Generic, Protocol, TypeVar
 
 
-class Slot:
-    __slots__ = ("payload", "size", "stats", "received", "ready")
+class Awaiting(Protocol):
+    """What waits in the sequence: a request that expects a response (its payload once built)."""
 
-    def __init__(self, size: int) -> None:
-        self.payload: bytes | None = None
-        self.size = size  # request bytes held until this response is written
-        # Metrics on: the request's stats and times (parsed, response ready), copied here
-        # rather than referencing the Request, which references this slot (no cycle).
-        self.stats: Any = None
-        self.received = 0.0
-        self.ready = 0.0
+    payload: bytes | None
 
 
-class ResponseSequencer:
-    """A queue of reserved slots; `complete` fills one and writes every ready slot at the head."""
+E = TypeVar("E", bound=Awaiting)
 
-    __slots__ = ("_slots", "_write", "_on_sent")
 
-    def __init__(self, write: Callable[[bytes], None], on_sent: Callable[[Slot], None]) -> None:
-        self._slots: deque[Slot] = deque()
+class ResponseSequencer(Generic[E]):
+    """A queue of requests awaiting their responses; `complete` fills one and writes every
+    ready one at the head."""
+
+    __slots__ = ("_queue", "_write", "_on_sent")
+
+    def __init__(self, write: Callable[[bytes], None], on_sent: Callable[[E], None]) -> None:
+        self._queue: deque[E] = deque()
         self._write = write
         self._on_sent = on_sent
 
-    def reserve(self, request_size: int) -> Slot:
-        slot = Slot(request_size)
-        self._slots.append(slot)
-        return slot
+    def reserve(self, entry: E) -> E:
+        entry.payload = None
+        self._queue.append(entry)
+        return entry
 
-    def complete(self, slot: Slot, payload: bytes) -> None:
-        slot.payload = payload
-        slots = self._slots
-        while slots and slots[0].payload is not None:
-            head = slots.popleft()
+    def complete(self, entry: E, payload: bytes) -> None:
+        entry.payload = payload
+        queue = self._queue
+        while queue and queue[0].payload is not None:
+            head = queue.popleft()
             self._write(head.payload)  # type: ignore[arg-type]
             head.payload = b""
             self._on_sent(head)
 
     def __len__(self) -> int:
-        return len(self._slots)
+        return len(self._queue)
 
-    def clear(self) -> list[Slot]:
-        """Drop every pending slot (connection closed); returns them to release their bytes."""
-        dropped = list(self._slots)
-        self._slots.clear()
+    def clear(self) -> list[E]:
+        """Drop every waiting entry (connection closed); returns them to release their bytes."""
+        dropped = list(self._queue)
+        self._queue.clear()
         return dropped

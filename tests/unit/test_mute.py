@@ -110,3 +110,17 @@ def test_connection_lost_releases_held_bytes():
     assert channel.queued_bytes > 0
     conn.connection_lost(None)
     assert channel.queued_bytes == 0 and conn not in channel.connections
+
+
+def test_a_handler_without_a_response_closes_the_connection_instead_of_an_empty_frame():
+    """A request that expects an answer and gets none must not leave the client waiting."""
+    channel = RequestChannel(1, 10**9, dispatch=lambda r: None)
+    conn = Connection(channel, serial=False, max_frame=1 << 20)
+    transport = RecordingTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    channel.submit = channel.handle  # type: ignore[method-assign]  # handle inline
+    conn.data_received(frame(7))
+    assert transport.closed and conn.closed
+    assert transport.written == []
+    conn.connection_lost(None)  # what the transport does once closed
+    assert channel.queued_bytes == 0  # the request's bytes were given back
