@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import CreateTopicsResponse
 
-from broker.metadata import validate_topic_configs, validate_topic_name
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -22,20 +21,10 @@ def handle(ctx: ApiContext, request: Request) -> CreateTopicsResponse:
     results = []
     for t in req.topics:
         configs = {c.name: c.value for c in t.configs}
-        partitions = ctx.config["num.partitions"] if t.num_partitions == -1 else t.num_partitions
         try:
-            if t.assignments:
-                raise KafkaError(ErrorCode.INVALID_REQUEST, "manual replica assignment")
-            if t.replication_factor not in (-1, 1):
-                raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                                 "replication factor must be 1: this cluster has one broker")
+            partitions = _partition_count(ctx, t)
             if req.validate_only:
-                validate_topic_name(t.name)
-                validate_topic_configs(configs)
-                if t.name in ctx.topics.metadata.topics:
-                    raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"{t.name} exists")
-                if partitions < 1:
-                    raise KafkaError(ErrorCode.INVALID_PARTITIONS, "partitions < 1")
+                ctx.topics.check_new_topic(t.name, partitions, configs)
                 info = None
             else:
                 info = ctx.topics.create_topic(t.name, partitions, configs)
@@ -52,3 +41,56 @@ def handle(ctx: ApiContext, request: Request) -> CreateTopicsResponse:
                      for k, v in effective.items()],
         ))
     return CreateTopicsResponse(throttle_time_ms=0, topics=results)
+
+
+def _partition_count(ctx: ApiContext, t: Any) -> int:
+    if t.assignments:
+        return _manual_assignment(t, ctx.node.node_id)
+    if t.replication_factor not in (-1, 1):
+        raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                         "replication factor must be 1: this cluster has one broker")
+    return ctx.config["num.partitions"] if t.num_partitions == -1 else t.num_partitions
+
+
+def _manual_assignment(t: Any, node_id: int) -> int:
+    """Kafka's checks on a manual assignment (ReplicationControlManager.createTopic), in its
+    order and words; this broker is the only one registered. Returns the partition count."""
+    if t.replication_factor != -1:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "A manual partition assignment was "
+                         "specified, but replication factor was not set to -1.")
+    if t.num_partitions != -1:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "A manual partition assignment was "
+                         "specified, but numPartitions was not set to -1.")
+    seen: set[int] = set()
+    replication_factor: int | None = None
+    for a in t.assignments:
+        if a.partition_index in seen:
+            raise _bad_assignment("Found multiple manual partition assignments for partition "
+                                  f"{a.partition_index}")
+        seen.add(a.partition_index)
+        _check_replicas(list(a.broker_ids), node_id, replication_factor)
+        replication_factor = len(a.broker_ids)
+    if sorted(seen) != list(range(len(seen))):
+        raise _bad_assignment("partitions should be a consecutive 0-based integer sequence")
+    return len(seen)
+
+
+def _check_replicas(replicas: list[int], node_id: int, replication_factor: int | None) -> None:
+    if not replicas:
+        raise _bad_assignment("The manual partition assignment includes an empty replica list.")
+    for broker in replicas:
+        if broker != node_id:
+            raise _bad_assignment(f"The manual partition assignment includes broker {broker}, "
+                                  "but no such broker is registered.")
+    if len(replicas) > 1:
+        raise _bad_assignment(f"The manual partition assignment includes the broker "
+                              f"{node_id} more than once.")
+    if replication_factor is not None and len(replicas) != replication_factor:
+        raise _bad_assignment(
+            f"The manual partition assignment includes a partition with {len(replicas)} "
+            f"replica(s), but this is not consistent with previous partitions, which have "
+            f"{replication_factor} replica(s).")
+
+
+def _bad_assignment(message: str) -> KafkaError:
+    return KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, message)

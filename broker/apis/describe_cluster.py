@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.admin import DescribeClusterResponse
 
+from broker.acl import ResourceType, authorized_operations
+
 if TYPE_CHECKING:
     from broker.context import ApiContext
     from broker.network.request import Request
@@ -18,5 +20,6 @@ def handle(ctx: ApiContext, request: Request) -> DescribeClusterResponse:
     return DescribeClusterResponse(
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1,
         cluster_id=ctx.topics.metadata.cluster_id, controller_id=ctx.node.node_id, brokers=[node],
-        authorized_operations=None,
+        authorized_operations=authorized_operations(
+            ResourceType.CLUSTER, request.body.include_cluster_authorized_operations),
     )

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.admin import DescribeGroupsResponse
 
+from broker.acl import ResourceType, authorized_operations
 from broker.group.metadata import GroupState
 
 if TYPE_CHECKING:
@@ -18,12 +19,14 @@ Member = Described.DescribedGroupMember
 
 def handle(ctx: ApiContext, request: Request) -> DescribeGroupsResponse:
     groups = []
+    ops = authorized_operations(ResourceType.GROUP,
+                                getattr(request.body, "include_authorized_operations", False))
     for gid in request.body.groups:
         g = ctx.groups.groups.get(gid)
         if g is None:
             groups.append(Described(error_code=0, group_id=gid, group_state="Dead",
                                     protocol_type="", protocol_data="", members=[],
-                                    authorized_operations=None))
+                                    authorized_operations=ops))
             continue
         stable = g.state == GroupState.STABLE
         members = [
@@ -37,5 +40,5 @@ def handle(ctx: ApiContext, request: Request) -> DescribeGroupsResponse:
         groups.append(Described(error_code=0, group_id=gid, group_state=g.state.value,
                                 protocol_type=g.protocol_type or "",
                                 protocol_data=(g.protocol_name or "") if stable else "",
-                                members=members, authorized_operations=None))
+                                members=members, authorized_operations=ops))
     return DescribeGroupsResponse(throttle_time_ms=0, groups=groups)

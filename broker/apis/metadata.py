@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.metadata import MetadataResponse
 
+from broker.acl import ResourceType, authorized_operations
 from broker.metadata import TopicInfo
 from protocol.errors import ErrorCode, KafkaError
 
@@ -28,6 +29,11 @@ def handle(ctx: ApiContext, request: Request) -> MetadataResponse:
         allow_create = req.allow_auto_topic_creation if request.version >= 4 else True
         for t in req.topics:
             topics.append(_lookup(ctx, t.name, getattr(t, "topic_id", None), allow_create))
+    topic_ops = authorized_operations(
+        ResourceType.TOPIC, getattr(req, "include_topic_authorized_operations", False))
+    for topic in topics:
+        if topic.error_code == ErrorCode.NONE:
+            topic.authorized_operations = topic_ops
     host, port = (ctx.node.host, ctx.node.port)
     return MetadataResponse(
         throttle_time_ms=0,
@@ -36,6 +42,8 @@ def handle(ctx: ApiContext, request: Request) -> MetadataResponse:
         cluster_id=store.cluster_id,
         controller_id=ctx.node.node_id,
         topics=topics,
+        authorized_operations=authorized_operations(
+            ResourceType.CLUSTER, getattr(req, "include_cluster_authorized_operations", False)),
     )
 
 
