@@ -11,7 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-LONG_MAX = 2**63 - 1
+from broker.log.validator import (
+    LONG_MAX,
+    TOPIC_CODECS,
+    codec_available,
+    compression_level_problem,
+)
 
 
 class ConfigError(ValueError):
@@ -34,6 +39,26 @@ def _level(v: str) -> str:
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
         raise ValueError("expected DEBUG, INFO, WARNING, ERROR or CRITICAL")
     return level
+
+
+def _compression_type(v: str) -> str:
+    name = _choice(*TOPIC_CODECS)(v)
+    if not codec_available(name):
+        raise ValueError(f"the {name} codec library is not installed")
+    return name
+
+
+def _compression_level(key: str) -> Callable[[str], int]:
+    """A KIP-390 compression level, checked against Kafka's range for its codec."""
+
+    def parse(v: str) -> int:
+        level = int(v)
+        problem = compression_level_problem(key, level)
+        if problem is not None:
+            raise ValueError(problem)
+        return level
+
+    return parse
 
 
 def _choice(*options: str) -> Callable[[str], str]:
@@ -81,6 +106,19 @@ KEYS: dict[str, Key] = {
         Key("log.message.timestamp.type", _choice("CreateTime", "LogAppendTime"), "CreateTime",
             "Default message.timestamp.type of topics."),
         Key("message.max.bytes", int, "1048588", "Largest record batch accepted.", min=0),
+        Key("log.message.timestamp.before.max.ms", int, str(LONG_MAX),
+            "CreateTime records older than this (vs the broker's clock) are refused.", min=0,
+            max=LONG_MAX),
+        Key("log.message.timestamp.after.max.ms", int, str(LONG_MAX),
+            "CreateTime records further ahead than this are refused.", min=0, max=LONG_MAX),
+        Key("compression.type", _compression_type, "producer",
+            "Default compression.type of topics (producer keeps the producer's codec)."),
+        Key("compression.gzip.level", _compression_level("compression.gzip.level"), "-1",
+            "gzip level when a topic recompresses to gzip (1..9, -1: zlib's default)."),
+        Key("compression.lz4.level", _compression_level("compression.lz4.level"), "9",
+            "lz4 level when a topic recompresses to lz4 (1..17)."),
+        Key("compression.zstd.level", _compression_level("compression.zstd.level"), "3",
+            "zstd level when a topic recompresses to zstd (-131072..22)."),
         Key("socket.request.max.bytes", int, "104857600", "Largest request frame accepted.",
             min=1),
         Key("num.io.threads", int, "8", "Request handler queues (asyncio tasks).", min=1),

@@ -13,6 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.fileio import atomic_write
+from broker.log.validator import (
+    COMPRESSION_LEVELS,
+    LONG_MAX,
+    TOPIC_CODECS,
+    codec_available,
+    compression_level_problem,
+)
 from protocol.errors import ErrorCode, KafkaError
 
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
@@ -29,8 +36,17 @@ TOPIC_CONFIG_DEFAULTS: dict[str, str | None] = {
     "flush.messages": "log.flush.interval.messages",
     "flush.ms": "log.flush.interval.ms",
     "index.interval.bytes": "log.index.interval.bytes",
+    "compression.type": "compression.type",
+    "compression.gzip.level": "compression.gzip.level",
+    "compression.lz4.level": "compression.lz4.level",
+    "compression.zstd.level": "compression.zstd.level",
+    "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
 }
-_INT_TOPIC_KEYS = set(TOPIC_CONFIG_DEFAULTS) - {"cleanup.policy", "message.timestamp.type"}
+_STRING_TOPIC_KEYS = {"cleanup.policy", "message.timestamp.type", "compression.type"}
+_INT_TOPIC_KEYS = set(TOPIC_CONFIG_DEFAULTS) - _STRING_TOPIC_KEYS
+# Kafka's LONG type with atLeast(0).
+_NON_NEGATIVE_LONG_KEYS = {"message.timestamp.before.max.ms", "message.timestamp.after.max.ms"}
 
 
 def validate_topic_name(name: str | None) -> None:
@@ -39,19 +55,41 @@ def validate_topic_name(name: str | None) -> None:
 
 
 def validate_topic_configs(configs: dict[str, str]) -> None:
+    """Refuse what Kafka's LogConfig.validate refuses, with INVALID_CONFIG naming the key."""
     for key, value in configs.items():
         if key not in TOPIC_CONFIG_DEFAULTS:
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"unknown topic config {key}")
         if key in _INT_TOPIC_KEYS:
-            try:
-                int(value)
-            except (TypeError, ValueError):
-                msg = f"{key}={value!r} is not a number"
-                raise KafkaError(ErrorCode.INVALID_CONFIG, msg) from None
-        elif key == "message.timestamp.type" and value not in ("CreateTime", "LogAppendTime"):
-            raise KafkaError(ErrorCode.INVALID_CONFIG, f"{key}={value!r}")
-        elif key == "cleanup.policy" and value not in ("delete", "compact", "compact,delete"):
-            raise KafkaError(ErrorCode.INVALID_CONFIG, f"{key}={value!r}")
+            problem = _int_problem(key, value)
+        else:
+            problem = _string_problem(key, value)
+        if problem is not None:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, problem)
+
+
+def _int_problem(key: str, value: str) -> str | None:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return f"{key}={value!r} is not a number"
+    if key in COMPRESSION_LEVELS:
+        return compression_level_problem(key, number)
+    if key in _NON_NEGATIVE_LONG_KEYS and not 0 <= number <= LONG_MAX:
+        return f"{key}={value!r} must be between 0 and {LONG_MAX}"
+    return None
+
+
+def _string_problem(key: str, value: str) -> str | None:
+    if key == "message.timestamp.type":
+        ok = value in ("CreateTime", "LogAppendTime")
+    elif key == "cleanup.policy":
+        policies = [p.strip() for p in str(value).split(",")]
+        ok = bool(policies) and all(p in ("compact", "delete") for p in policies)
+    else:  # compression.type
+        if value in TOPIC_CODECS and not codec_available(value):
+            return f"{key}={value!r}: the {value} codec library is not installed"
+        ok = value in TOPIC_CODECS
+    return None if ok else f"{key}={value!r}"
 
 
 @dataclass

@@ -386,8 +386,8 @@ def validate_produce_records(
     batch per partition (Kafka: "Compressed outer record has more than one batch"; pass
     ``single_batch=False`` to accept several), base offset 0, size within ``max_batch_bytes``,
     CRC, ``record_count >= 1 == last_offset_delta + 1``, no control batches, a sequence for
-    an idempotent producer, and no trailing bytes. Record-level checks that would need
-    decompression (per-record timestamps, compacted-topic keys) are not made.
+    an idempotent producer, and no trailing bytes. Record-level rules (timestamp bounds,
+    compacted-topic keys, the topic's codec) are the log's: they need the topic's configs.
     """
     view = memoryview(buf)
     total = len(view)

@@ -8,12 +8,14 @@ from broker.log.log import (
     RecordBatchTooLargeError,
 )
 from broker.log.manager import LogManager
+from broker.log.validator import LogValidator
 
 __all__ = [
     "AppendInfo",
     "Log",
     "LogConfig",
     "LogManager",
+    "LogValidator",
     "OffsetOutOfRangeError",
     "RecordBatchTooLargeError",
 ]

@@ -5,7 +5,8 @@ Invariants:
 * ``segments`` is sorted by base offset and never empty; the last one is the active segment,
   the only one appended to. ``log_start_offset <= recovery_point <= log_end_offset``.
 * Offsets are assigned here, on the event loop, by rewriting batch headers in place; the log
-  holds exactly the validated request bytes, so a fetch returns them unchanged.
+  holds exactly the validated request bytes (or, when ``compression.type`` asks for another
+  codec, the batch rebuilt with it), so a fetch returns them unchanged.
 * ``flush`` may run in a worker thread while the loop appends: it snapshots the end offset
   and the segment list under ``_lock`` (and dups the fds it will fsync), so a segment closed
   or deleted meanwhile is still safe to fsync. Everything else runs on the event loop.
@@ -23,7 +24,7 @@ import struct
 import threading
 import time
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from broker.log.producer_state import (
 )
 from broker.log.recovery import recover_segment, recover_segments
 from broker.log.segment import INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, LogSegment
+from broker.log.validator import TOPIC_CODECS, LogValidator, compression_level_problem
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import (
     LAST_OFFSET_DELTA_OFFSET,
@@ -108,6 +110,13 @@ class LogConfig:
     index_interval_bytes: int = 4096  # log.index.interval.bytes
     message_timestamp_type: str = CREATE_TIME  # log.message.timestamp.type
     max_message_bytes: int = 1024 * 1024 + 12  # message.max.bytes (1048588)
+    cleanup_policy: str = "delete"  # cleanup.policy: "compact" in it makes keys mandatory
+    compression_type: str = "producer"  # compression.type
+    compression_gzip_level: int = -1  # compression.gzip.level
+    compression_lz4_level: int = 9  # compression.lz4.level
+    compression_zstd_level: int = 3  # compression.zstd.level
+    message_timestamp_before_max_ms: int = LONG_MAX  # log.message.timestamp.before.max.ms
+    message_timestamp_after_max_ms: int = LONG_MAX  # log.message.timestamp.after.max.ms
 
     def __post_init__(self) -> None:
         if self.message_timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
@@ -119,9 +128,59 @@ class LogConfig:
             raise ValueError(f"segment_bytes must be at least 14, got {self.segment_bytes}")
         if self.index_interval_bytes < 0:
             raise ValueError("index_interval_bytes must be >= 0")
+        self._check_validator_settings()
+
+    def _check_validator_settings(self) -> None:
+        if self.compression_type not in TOPIC_CODECS:
+            raise ValueError(f"compression_type must be one of {', '.join(TOPIC_CODECS)}, "
+                             f"got {self.compression_type!r}")
+        for key, level in (
+            ("compression.gzip.level", self.compression_gzip_level),
+            ("compression.lz4.level", self.compression_lz4_level),
+            ("compression.zstd.level", self.compression_zstd_level),
+        ):
+            problem = compression_level_problem(key, level)
+            if problem is not None:
+                raise ValueError(problem)
+        if min(self.message_timestamp_before_max_ms, self.message_timestamp_after_max_ms) < 0:
+            raise ValueError("message timestamp bounds must be >= 0")
 
     def with_overrides(self, **changes: object) -> LogConfig:
         return replace(self, **changes)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_topic_configs(cls, configs: Mapping[str, str]) -> LogConfig:
+        """A LogConfig from effective topic configs (Kafka's topic keys, values as strings).
+
+        Keys that are absent keep the defaults above; unknown keys are ignored here (the
+        metadata layer refuses them before they are stored).
+        """
+        changes: dict[str, object] = {}
+        for key, (field_name, parse) in _TOPIC_KEYS.items():
+            if key in configs:
+                changes[field_name] = parse(configs[key])
+        return cls(**changes)  # type: ignore[arg-type]
+
+
+#: Topic config key -> (LogConfig field, parser).
+_TOPIC_KEYS: dict[str, tuple[str, Callable[[str], object]]] = {
+    "segment.bytes": ("segment_bytes", int),
+    "segment.ms": ("roll_ms", int),
+    "retention.ms": ("retention_ms", int),
+    "retention.bytes": ("retention_bytes", int),
+    "flush.messages": ("flush_interval_messages", int),
+    "flush.ms": ("flush_interval_ms", int),
+    "index.interval.bytes": ("index_interval_bytes", int),
+    "message.timestamp.type": ("message_timestamp_type", str),
+    "max.message.bytes": ("max_message_bytes", int),
+    "cleanup.policy": ("cleanup_policy", str),
+    "compression.type": ("compression_type", str),
+    "compression.gzip.level": ("compression_gzip_level", int),
+    "compression.lz4.level": ("compression_lz4_level", int),
+    "compression.zstd.level": ("compression_zstd_level", int),
+    "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", int),
+    "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", int),
+}
 
 
 @dataclass(slots=True)
@@ -164,6 +223,7 @@ class Log:
         self.config = config
         self.topic = topic
         self.partition = partition
+        self._validator = LogValidator(config, f"{topic}-{partition}")
         self._lock = threading.Lock()  # guards segment list changes vs. flush snapshots
         self._flush_lock = threading.Lock()  # one flush at a time per log
         self.segments: list[LogSegment] = []
@@ -329,13 +389,18 @@ class Log:
     ) -> AppendInfo:
         """Validate a produce request's records, assign offsets in place, write them.
 
-        Raises the ``protocol.record_batch`` errors (each with Kafka's ``error_code``) before
-        touching the log. ``leader_epoch`` is stamped into each batch as a Kafka leader does.
+        Raises the ``protocol.record_batch`` errors and the LogValidator's record errors (each
+        with Kafka's ``error_code``) before touching the log. A batch may be stored recompressed
+        when the topic's ``compression.type`` says so. ``leader_epoch`` is stamped into each
+        batch as a Kafka leader does.
         """
         config = self.config
         if isinstance(records, bytes) or (isinstance(records, memoryview) and records.readonly):
             records = bytearray(records)  # offsets are written in place: needs a copy
         info = validate_produce_records(records, config.max_message_bytes)
+        # Record-level rules and recompression (Kafka's LogValidator); headers only unless
+        # the topic's rules need the records.
+        records, info = self._validator.validate(records, info, now_ms)
         if info.size_in_bytes > config.segment_bytes:
             raise RecordBatchTooLargeError(
                 f"message batch size is {info.size_in_bytes} bytes which exceeds the maximum "
@@ -671,6 +736,7 @@ class Log:
     def update_config(self, config: LogConfig) -> None:
         """Apply new settings (IncrementalAlterConfigs); they take effect on the next append."""
         self.config = config
+        self._validator = LogValidator(config, f"{self.topic}-{self.partition}")
         for seg in self.segments:
             seg.index_interval_bytes = config.index_interval_bytes
 
