@@ -34,18 +34,7 @@ def topic_defaults(config: BrokerConfig) -> dict[str, str]:
 
 def log_config(config: BrokerConfig, overrides: dict[str, str]) -> LogConfig:
     """The LogConfig a topic's logs run with: its overrides over the broker's defaults."""
-    eff = {**topic_defaults(config), **overrides}
-    return LogConfig(
-        segment_bytes=int(eff["segment.bytes"]),
-        roll_ms=int(eff["segment.ms"]),
-        retention_ms=int(eff["retention.ms"]),
-        retention_bytes=int(eff["retention.bytes"]),
-        flush_interval_messages=int(eff["flush.messages"]),
-        flush_interval_ms=int(eff["flush.ms"]),
-        index_interval_bytes=int(eff["index.interval.bytes"]),
-        message_timestamp_type=eff["message.timestamp.type"],
-        max_message_bytes=int(eff["max.message.bytes"]),
-    )
+    return LogConfig.from_topic_configs({**topic_defaults(config), **overrides})
 
 
 class TopicAdmin:
