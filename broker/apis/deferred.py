@@ -1,11 +1,16 @@
-"""The one shape of a handler whose answer waits (a rebalance, a commit to __consumer_offsets).
+"""The one shape of a handler whose answer waits (a parked produce or fetch, a rebalance, a
+commit to __consumer_offsets).
 
-The handler returns this awaitable at once and the request channel moves on; the response is
-built from the result when it arrives and takes its place in the connection's sequence.
+The handler returns a future at once and the request channel moves on; the response is built
+from the result when it arrives and takes its place in the connection's sequence. Chained with
+a done-callback rather than a coroutine: no Task per waiting request, one loop hop less on the
+path of every acks=all produce. If building the response raises, the future carries the
+exception and the channel closes that connection with a logged error.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -13,5 +18,22 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-async def answer_later(result: Awaitable[T], build: Callable[[T], R]) -> R:
-    return build(await result)
+def answer_later(result: Awaitable[T], build: Callable[[T], R]) -> asyncio.Future[R]:
+    source = asyncio.ensure_future(result)
+    answer: asyncio.Future[R] = source.get_loop().create_future()
+
+    def done(f: asyncio.Future[T]) -> None:
+        if answer.done():
+            return
+        if f.cancelled():
+            answer.cancel()
+        elif (exc := f.exception()) is not None:
+            answer.set_exception(exc)
+        else:
+            try:
+                answer.set_result(build(f.result()))
+            except Exception as err:
+                answer.set_exception(err)
+
+    source.add_done_callback(done)
+    return answer
