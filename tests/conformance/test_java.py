@@ -1,0 +1,336 @@
+"""The reference Java client, kafka-clients (version in the Makefile's JAVA_JARS), as its users
+use it: a producer per codec with headers and explicit timestamps read back byte for byte, the
+idempotent producer, seek by timestamp, the Admin client, and classic consumer groups.
+
+tests/conformance/java/MiniBrokerConformance.java drives the client and prints what it saw, one
+JSON line per scenario; the assertions are all here. One JVM runs every scenario against one
+broker (a JVM start costs a second), then each test checks its scenario. Without java, javac or
+the jars (`make java-client-deps`) the tests skip, and the reason is also raised as a warning.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conformance import java_support
+from tests.conformance.conftest import GROUP_OVERRIDES
+from tests.support.broker import BrokerProcess
+from tests.support.clients import (
+    CODEC_ID,
+    CODECS,
+    Got,
+    Rec,
+    assert_idempotent_batches,
+    assert_roundtrip,
+    confluent_consume,
+    disk_batches,
+    sample_records,
+    unique_topic,
+    watermarks,
+)
+
+IDEMPOTENT_PARTITIONS, IDEMPOTENT_PER_PARTITION = 6, 100
+GROUP_PARTITIONS, GROUP_PER_PARTITION = 6, 50
+ASSIGNORS = ["range", "cooperative-sticky"]
+TIMESTAMPED = 20
+# CreateTime an hour ago: inside every default retention, apart from the broker's clock.
+BASE_TS = (int(time.time()) - 3600) * 1000
+ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"  # Uuid.ZERO_UUID: a topic without id
+
+
+def _token(b: bytes | None) -> str:
+    """The program's byte encoding: "-" is null, "=" + base64 is bytes (empty included)."""
+    return "-" if b is None else "=" + base64.b64encode(b).decode()
+
+
+def _bytes(token: str) -> bytes | None:
+    return None if token == "-" else base64.b64decode(token[1:])
+
+
+def _write_records(path: Path, records: list[Rec]) -> None:
+    lines = []
+    for r in records:
+        fields = [str(r.timestamp), _token(r.key), _token(r.value)]
+        for k, v in r.headers:
+            fields += [_token(k.encode()), _token(v)]
+        lines.append("\t".join(fields) + "\n")
+    path.write_text("".join(lines))
+
+
+def _got(row: list) -> Got:
+    offset, ts, ts_type, key, value, headers = row
+    hs = tuple((_bytes(k).decode(), _bytes(v)) for k, v in headers)
+    return Got(offset, Rec(_bytes(key), _bytes(value), hs, ts), ts_type)
+
+
+def _value(step: dict):
+    """A step's value; its error, if any, fails the test with the Java exception chain."""
+    assert "error" not in step, step["error"]
+    return step["value"]
+
+
+@dataclass
+class Shared:
+    broker: BrokerProcess
+    run: java_support.Run
+    specs: dict[str, str]  # test's name for a scenario -> its spec on the command line
+    topics: dict[str, str]
+    records: dict[str, list[Rec]]
+
+    def __getitem__(self, name: str) -> dict:
+        result = self.run[self.specs[name]]
+        assert "error" not in result, f"{name}: {result['error']}\n{self.run.stderr[-4000:]}"
+        return result
+
+
+@pytest.fixture(scope="module")
+def client() -> java_support.JavaClient:
+    return java_support.require()
+
+
+@pytest.fixture(scope="module")
+def java_broker(client, tmp_path_factory) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path_factory.mktemp("java-broker"), GROUP_OVERRIDES).start()
+    yield b
+    if b.proc is not None and b.proc.poll() is None:
+        b.kill()
+
+
+@pytest.fixture(scope="module")
+def shared(client, java_broker, tmp_path_factory) -> Shared:
+    """Every scenario in one JVM, in this order; each test then reads its own line."""
+    work = tmp_path_factory.mktemp("java-records")
+    specs: dict[str, str] = {"version": "version"}
+    topics: dict[str, str] = {}
+    records: dict[str, list[Rec]] = {}
+    for i, codec in enumerate(CODECS):
+        records[codec] = sample_records(40, seed=i, both_null=True)
+        path = work / f"{codec}.txt"
+        _write_records(path, records[codec])
+        topics[codec] = unique_topic(f"java-{codec}")
+        specs[codec] = f"roundtrip:{codec}:{topics[codec]}:{path}"
+    topics["idempotent"] = unique_topic("java-idem")
+    specs["idempotent"] = (f"idempotent:{topics['idempotent']}:{IDEMPOTENT_PARTITIONS}:"
+                           f"{IDEMPOTENT_PER_PARTITION}")
+    topics["timestamps"] = unique_topic("java-ts")
+    specs["timestamps"] = f"timestamps:{topics['timestamps']}:{BASE_TS}:{TIMESTAMPED}"
+    topics["admin"] = unique_topic("java-admin")
+    specs["admin"] = f"admin:{topics['admin']}"
+    for assignor in ASSIGNORS:
+        topics[assignor] = unique_topic(f"java-group-{assignor}")
+        specs[assignor] = (f"group:{topics[assignor]}:{topics[assignor]}-g:{GROUP_PARTITIONS}:"
+                           f"{GROUP_PER_PARTITION}:{assignor}")
+    run = java_support.run(client, java_broker.bootstrap, list(specs.values()), timeout=240)
+    return Shared(java_broker, run, specs, topics, records)
+
+
+def test_client_version(client, shared: Shared) -> None:
+    assert shared["version"]["version"] == client.version
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_roundtrip_every_codec(shared: Shared, codec: str) -> None:
+    """Keys, values and headers (null, empty, binary, duplicate, non-ASCII) and CreateTime
+    timestamps come back byte for byte, to the Java consumer and to librdkafka alike; the
+    broker stores the batches with the producer's codec."""
+    result, sent, topic = shared[codec], shared.records[codec], shared.topics[codec]
+    assert result["acked"] == [[i, r.timestamp] for i, r in enumerate(sent)]
+    assert_roundtrip([_got(row) for row in result["records"]], sent)
+    assert_roundtrip(confluent_consume(shared.broker.bootstrap, topic, len(sent)), sent)
+    batches = disk_batches(shared.broker.data_dir / "logs", topic)
+    assert sum(b.record_count for b in batches) == len(sent)
+    # The Java producer compresses every batch, even a lone record.
+    assert {b.codec for b in batches} == {CODEC_ID[codec]}, [(b.codec, b.record_count)
+                                                            for b in batches]
+    assert any(b.record_count > 1 for b in batches)
+
+
+def test_idempotent_producer(shared: Shared) -> None:
+    """enable.idempotence, acks=all, five requests in flight over six partitions: every record
+    acknowledged once at a dense offset, in send order, and stored once."""
+    result, topic = shared["idempotent"], shared.topics["idempotent"]
+    assert result["failed"] == []
+    n = IDEMPOTENT_PER_PARTITION
+    expected = {(p, o): _token(f"{p}:{o}".encode())
+                for p in range(IDEMPOTENT_PARTITIONS) for o in range(n)}
+    acked = [(p, o, v) for p, o, v in result["acked"]]
+    assert len(acked) == len(expected), f"{len(acked)} acknowledgements for {len(expected)}"
+    assert {(p, o): v for p, o, v in acked} == expected
+    consumed = Counter((p, o, v) for p, o, v in result["consumed"])
+    assert [k for k, c in consumed.items() if c > 1] == [], "records consumed twice"
+    assert {(p, o): v for p, o, v in consumed} == expected
+    log_dir = shared.broker.data_dir / "logs"
+    for p in range(IDEMPOTENT_PARTITIONS):
+        assert watermarks(shared.broker.bootstrap, topic, p) == (0, n)
+        assert_idempotent_batches(log_dir, topic, p, n)
+    # Small batches, several per partition: the producer had batches to pipeline.
+    assert all(len(disk_batches(log_dir, topic, p)) >= 3 for p in range(IDEMPOTENT_PARTITIONS))
+
+
+def test_seek_by_timestamp(shared: Shared) -> None:
+    """offsetsForTimes answers the first offset whose timestamp is at or after the target (none
+    past the last), the consumer seeks there and reads that record; Admin.listOffsets answers
+    earliest, latest, maxTimestamp and forTimestamp."""
+    result = shared["timestamps"]
+    assert (result["beginning"], result["end"]) == (0, TIMESTAMPED)
+    stamps = [BASE_TS + 1000 * i for i in range(TIMESTAMPED)]
+    assert len(result["answers"]) == 10
+    for row in result["answers"]:
+        want = next((i for i, ts in enumerate(stamps) if ts >= row["target"]), None)
+        assert row["offset"] == want, row
+        if want is None:
+            assert row["timestamp"] is None, row
+            continue
+        assert row["timestamp"] == stamps[want], row
+        assert (row["first_offset"], row["first_timestamp"]) == (want, stamps[want]), row
+    listed = {k: _value(v) for k, v in result["listOffsets"].items()}
+    assert listed == {
+        "earliest": [0, -1],
+        "latest": [TIMESTAMPED, -1],
+        "maxTimestamp": [TIMESTAMPED - 1, stamps[-1]],
+        "forTimestamp": [3, stamps[3]],
+    }
+
+
+def _steps(shared: Shared) -> dict:
+    return shared["admin"]["steps"]
+
+
+def test_admin_topics(shared: Shared) -> None:
+    """createTopics (a duplicate refused), listTopics, describeTopics, createPartitions,
+    deleteTopics, and describeTopics of a deleted topic."""
+    steps, prefix = _steps(shared), shared.topics["admin"]
+    one, two = f"{prefix}-one", f"{prefix}-two"
+    node = _value(steps["describeCluster"])["nodes"][0][0]
+    assert _value(steps["createTopics"]) == "ok"
+    again = steps["createTopicsAgain"]
+    assert again.get("error", "").startswith(
+        "org.apache.kafka.common.errors.TopicExistsException"), again
+    names = _value(steps["listTopics"])
+    assert {one, two} <= set(names)
+    assert not [n for n in names if n.startswith("__")], f"internal topics listed: {names}"
+
+    described = _value(steps["describeTopics"])
+    assert described[one]["partitions"] == [[0, node, 1, 1]]
+    assert described[two]["partitions"] == [[p, node, 1, 1] for p in range(2)]
+    ids = {d["topicId"] for d in described.values()}
+    assert len(ids) == 2 and ZERO_UUID not in ids, ids
+    assert not any(d["internal"] for d in described.values())
+
+    grown = _value(steps["createPartitions"])[two]
+    assert grown["partitions"] == [[p, node, 1, 1] for p in range(4)]
+    assert grown["topicId"] == described[two]["topicId"]
+
+    assert not {one, two} & set(_value(steps["deleteTopics"]))
+    gone = steps["describeDeletedTopic"]
+    assert gone.get("error", "").startswith(
+        "org.apache.kafka.common.errors.UnknownTopicOrPartitionException"), gone
+
+
+def test_admin_configs_and_cluster(shared: Shared) -> None:
+    steps = _steps(shared)
+    configs = {k: v[:2] for k, v in _value(steps["describeConfigs"]).items()}
+    assert configs["retention.ms"] == ["3600000", "DYNAMIC_TOPIC_CONFIG"]
+    assert configs["cleanup.policy"] == ["delete", "DYNAMIC_TOPIC_CONFIG"]
+    assert configs["segment.bytes"] == ["1073741824", "DEFAULT_CONFIG"]
+    broker = _value(steps["describeBrokerConfigs"])
+    assert broker["num.partitions"] == "1" and broker["message.max.bytes"] == "1048588", broker
+    assert broker["offsets.topic.num.partitions"] == GROUP_OVERRIDES[
+        "offsets.topic.num.partitions"]
+
+    cluster = _value(steps["describeCluster"])
+    assert cluster["nodes"] == [[1, "127.0.0.1", shared.broker.port]]
+    assert cluster["controller"] == 1
+    assert cluster["clusterId"]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "DescribeConfigs config_type: the broker answers 0 (UNKNOWN) for every entry "
+    "(broker/apis/describe_configs.py), Kafka answers each key's type from v3 on "
+    "(retention.ms LONG, cleanup.policy LIST, segment.bytes INT ...), which Admin exposes as "
+    "ConfigEntry.type()"))
+def test_admin_config_types(shared: Shared) -> None:
+    configs = _value(_steps(shared)["describeConfigs"])
+    types = {k: configs[k][2] for k in ("retention.ms", "cleanup.policy", "segment.bytes",
+                                        "message.timestamp.type", "max.message.bytes")}
+    assert types == {"retention.ms": "LONG", "cleanup.policy": "LIST", "segment.bytes": "INT",
+                     "message.timestamp.type": "STRING", "max.message.bytes": "INT"}
+
+
+def test_admin_consumer_groups(shared: Shared) -> None:
+    """listConsumerGroups, listGroups and describeConsumerGroups of a live member, then of the
+    Empty group; listConsumerGroupOffsets, alterConsumerGroupOffsets,
+    deleteConsumerGroupOffsets, deleteConsumerGroups."""
+    steps, prefix = _steps(shared), shared.topics["admin"]
+    group, two = f"{prefix}-g", f"{prefix}-two"
+    member = steps["groupMember"]
+    assert member["consumed"] and member["report"]["errors"] == [], member
+
+    assert _value(steps["listConsumerGroups"])[group] == ["Stable", "Classic"]
+    assert _value(steps["listGroups"])[group] == ["Stable", "Classic", "consumer"]
+    live = _value(steps["describeConsumerGroups"])
+    assert {k: v for k, v in live.items() if k != "members"} == {
+        "state": "Stable", "type": "Classic", "assignor": "range", "coordinator": 1,
+        "simple": False}
+    assert [(m["clientId"], m["memberIdSet"], m["partitions"]) for m in live["members"]] == [
+        ("admin-member", True, [0, 1, 2, 3])]
+    # Offset, metadata and the leader epoch the consumer committed with (0: a new topic).
+    committed = {f"{two}:{p}": [3, "", 0] for p in range(4)}
+    assert _value(steps["listConsumerGroupOffsets"]) == committed
+
+    empty = _value(steps["describeEmptyGroup"])
+    assert (empty["state"], empty["members"]) == ("Empty", [])
+    # Admin commits carry no leader epoch.
+    rewound = {**committed, f"{two}:0": [1, "rewound", None]}
+    assert _value(steps["alterConsumerGroupOffsets"]) == rewound
+    del rewound[f"{two}:1"]
+    assert _value(steps["deleteConsumerGroupOffsets"]) == rewound
+    assert group not in _value(steps["deleteConsumerGroups"])
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "DescribeGroups member client_host: the broker answers the bare peer address "
+    "('127.0.0.1', broker/apis/join_group.py takes connection.peer), Kafka answers "
+    "InetAddress.toString() of the client, '/127.0.0.1' (what kafka-consumer-groups.sh shows)"))
+def test_admin_member_host_as_kafka_reports_it(shared: Shared) -> None:
+    live = _value(_steps(shared)["describeConsumerGroups"])
+    assert [m["host"] for m in live["members"]] == ["/127.0.0.1"]
+
+
+@pytest.mark.parametrize("assignor", ASSIGNORS)
+def test_classic_group(shared: Shared, assignor: str) -> None:
+    """group.protocol=classic, commitSync after each batch: three members share six partitions
+    2+2+2; one leaves and the other two take its partitions over 3+3 from its committed
+    offsets; both stop; a new member with auto.offset.reset=none resumes exactly at the
+    committed offsets. Every record is processed exactly once."""
+    result = shared[assignor]
+    n = GROUP_PER_PARTITION
+    for name, report in result["members"].items():
+        assert report["errors"] == [], f"{name}: {report['errors']}"
+    phases = result["phases"]
+    assert all(phase["complete"] for phase in phases.values()), phases
+    three, two = phases["three"]["assignment"], phases["two"]["assignment"]
+    assert sorted(len(a) for a in three) == [2, 2, 2] and sorted(sum(three, [])) == list(
+        range(GROUP_PARTITIONS)), three
+    assert sorted(len(a) for a in two) == [3, 3] and sorted(sum(two, [])) == list(
+        range(GROUP_PARTITIONS)), two
+    if assignor == "cooperative-sticky":  # the two who stayed kept what they had
+        assert all(set(before) <= set(after) for before, after in zip(three, two, strict=False))
+
+    rows = result["rows"]
+    seen = Counter((p, o) for _m, p, o, _v in rows)
+    assert [k for k, c in seen.items() if c > 1] == [], "records processed twice"
+    phase_names = ["one", "two", "three"]
+    expected = {(p, o): _token(f"{phase_names[o // n]}:{p}:{o % n}".encode())
+                for p in range(GROUP_PARTITIONS) for o in range(3 * n)}
+    assert {(p, o): v for _m, p, o, v in rows} == expected
+    late = sorted((p, o) for m, p, o, _v in rows if m == "late")
+    assert late == sorted((p, o) for p in range(GROUP_PARTITIONS) for o in range(2 * n, 3 * n))
+    assert result["committed"] == {str(p): 3 * n for p in range(GROUP_PARTITIONS)}
