@@ -1,24 +1,24 @@
-"""Seed 004's experiment: serial vs pipelined request processing, side by side in one run.
+"""Serial vs pipelined request processing, side by side in one run.
 
     python -m bench.pipeline --json [--records N] [--record-size 65536]
     python -m bench.pipeline --json --scenario longpoll [--seconds 10]
     python -m bench.pipeline --json --metrics on,off --repeat 5 [--scrape-interval 1]
 
 `produce`: the broker starts twice (serial, then pipelined) with log.flush.interval.messages=1,
-so every batch is fsynced before its ack, as in the seed; one confluent-kafka producer
-(acks=all, batch.size 1 MiB, linger.ms 1, max.in.flight 5) sends N records to one partition.
-Send latency is the time from produce() to the delivery report.
+so every batch is fsynced before its ack (the wait that pipelining overlaps); one
+confluent-kafka producer (acks=all, batch.size 1 MiB, linger.ms 1, max.in.flight 5) sends N
+records to one partition. Send latency is the time from produce() to the delivery report.
 `longpoll`: end-to-end produce-to-consume latency at 1,000 records/s with fetch.wait.max.ms 500,
 which only a DelayedFetch completed by the append event can make small.
-`--metrics on,off`: the cost of metrics (issue 6). The produce scenario in pipelined mode, with
-metrics on (and a scraper reading /metrics every --scrape-interval seconds, as Prometheus would)
-and off (metrics.listener empty), back to back, --repeat times, alternating which goes first;
-each run prints its row, then one summary row with the medians and their ratio. With
-`--scenario requestpath` the same comparison runs in-process, without sockets or storage: N
-produce frames through Connection -> RequestChannel -> a handler answering a prebuilt response
--> the sequencer -> a transport that drops the bytes, so the per-request cost of the network
-layer and of the metrics on it is measured alone (an upper bound of the relative cost: no
-append, no fsync, no client).
+`--metrics on,off`: the cost of metrics (broker/metrics.py). The produce scenario in pipelined
+mode, with metrics on (and a scraper reading /metrics every --scrape-interval seconds, as
+Prometheus would) and off (metrics.listener empty), back to back, --repeat times, alternating
+which goes first; each run prints its row, then one summary row with the medians and their
+ratio. With `--scenario requestpath` the same comparison runs in-process, without sockets or
+storage: N produce frames through Connection -> RequestChannel -> a handler answering a
+prebuilt response -> the sequencer -> a transport that drops the bytes, so the per-request cost
+of the network layer and of the metrics on it is measured alone (an upper bound of the relative
+cost: no append, no fsync, no client).
 """
 
 from __future__ import annotations

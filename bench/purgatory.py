@@ -1,4 +1,4 @@
-"""Purgatory benchmark: Kafka's TestPurgatoryPerformance (seed 000) on one event loop.
+"""Purgatory benchmark: Kafka's TestPurgatoryPerformance on one event loop (docs/benchmarks.md).
 
 Requests arrive with exponential inter-arrival times at ``--rate``; each is watched on
 ``--keys-per-request`` keys out of ``--key-space``; its completion time is drawn from a
@@ -7,10 +7,11 @@ Requests due before ``--timeout-ms`` are completed by a separate completion driv
 calls ``force_complete`` at their time, like Kafka's completion thread); the rest expire.
 
 ``--impl wheel`` is purgatory/ (timing wheel, one loop callback per bucket, completion unlinks
-at once, purge by estimated completed count). ``--impl heap`` is the seed's old design in the
-same harness: one ``loop.call_at`` per request, left in the loop's heap after completion, and
-completed requests left in the watcher lists until a purge that is triggered by the total
-watcher size (checked after each expiration, as 0.8's reaper did) and scans every list.
+at once, purge by estimated completed count). ``--impl heap`` is the design Kafka had before its
+timing wheel (0.8's RequestPurgatory) in the same harness: one ``loop.call_at`` per request,
+left in the loop's heap after completion, and completed requests left in the watcher lists
+until a purge that is triggered by the total watcher size (checked after each expiration, as
+0.8's reaper did) and scans every list.
 
     python -m bench.purgatory --impl wheel --scenario high --requests 1000000 --rate 150000 --json
     python -m bench.purgatory --sweep            # both impls and scenarios; docs/img/purgatory.png
@@ -120,8 +121,9 @@ class FakeOperation(DelayedOperation):
 
 
 class HeapPurgatory:
-    """The seed's old design, for comparison: a timer entry per request that stays until its
-    deadline, and watcher lists purged only when their total size passes the interval."""
+    """Kafka's pre-timing-wheel design (0.8's RequestPurgatory), for comparison: a timer entry
+    per request that stays until its deadline, and watcher lists purged only when their total
+    size passes the interval."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, purge_interval: int = 1000) -> None:
         self._time = LoopClock(loop).time  # the Timer's clock, so deadlines compare alike

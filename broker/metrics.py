@@ -44,7 +44,7 @@ from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector
 
 from protocol.errors import ErrorCode
-from protocol.registry import APIS
+from protocol.registry import APIS, FETCH_KEY, PRODUCE_KEY
 
 if TYPE_CHECKING:
     from broker.group.coordinator import GroupCoordinator
@@ -309,9 +309,9 @@ class BrokerMetrics:
             timings = self.timings[spec.name] = ApiTimings()
         if version == UNSUPPORTED:
             counter = _generic_counter(_error_tree(spec.response._struct._fields, 0))
-        elif api_key == 0:
+        elif api_key == PRODUCE_KEY:
             counter = _count_produce_errors
-        elif api_key == 1:
+        elif api_key == FETCH_KEY:
             counter = _fetch_counter(version, self.topic_bytes_out)
         else:
             counter = _generic_counter(_error_tree(spec.response._struct._fields, version))

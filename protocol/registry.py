@@ -126,6 +126,9 @@ APIS: dict[int, ApiSpec] = {
     )
 }
 
-API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
+# Keys the broker names outside this table (kafka-python's classes carry Kafka's numbers).
 PRODUCE_KEY = ProduceRequest.API_KEY
 FETCH_KEY = FetchRequest.API_KEY
+API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
+JOIN_GROUP_KEY = JoinGroupRequest.API_KEY
+SYNC_GROUP_KEY = SyncGroupRequest.API_KEY

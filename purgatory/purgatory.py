@@ -1,12 +1,12 @@
 """Purgatory: delayed operations watched by key and timed out by a Timer (Kafka's
-DelayedOperationPurgatory, seed 000's new design).
+DelayedOperationPurgatory on a hierarchical timing wheel; docs/purgatory.md).
 
 An operation is watched on every key it depends on (a (topic, partition) tuple, say); an event
 on a key calls ``check_and_complete(key)``, which tries each operation watching it.
 
 Completed operations leave the timer at once (O(1)), but stay in the watcher lists of keys
 that saw no event since; removing them there eagerly would cost a scan per key. Instead, as in
-the seed, a purge scans the lists when the *estimated* number of completed-but-watched
+Kafka, a purge scans the lists when the *estimated* number of completed-but-watched
 operations passes a threshold: the estimate E grows by one per watched operation and is reset,
 just before a purge, to the number of this purgatory's operations still in the timer (exact,
 since completion unlinks at once). E - delayed is the completed-but-watched estimate, so a purge
@@ -196,7 +196,8 @@ class Purgatory(Generic[Op]):
         """Begin a purge cycle; ``pace_over`` is the number of watches the next trigger is at
         least away, over half of which the cycle is spread."""
         self.purges += 1
-        # Reset first: operations watched while the purge goes on are added on top (seed 000).
+        # Reset first: operations watched while the purge goes on are added on top (Kafka's
+        # estimated-completed purge rule, docs/purgatory.md).
         self.estimated_total = self._counter.n
         self._purge_keys = list(self._watchers)
         self._purge_pos = 0

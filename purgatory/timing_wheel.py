@@ -1,4 +1,4 @@
-"""Hierarchical timing wheel (seed 000; Kafka's TimingWheel).
+"""Hierarchical timing wheel (Kafka's TimingWheel; docs/purgatory.md).
 
 A wheel of ``wheel_size`` buckets, each ``tick_ms`` wide, covers ``[current_time,
 current_time + interval)`` with ``interval = tick_ms * wheel_size``. A deadline beyond that goes to

@@ -1,9 +1,10 @@
 """RequestChannel: N handler queues, a connection always hashed onto the same one.
 
-One queue per connection keeps validation and offset assignment in arrival order (seed 004),
-while different connections proceed on different handler tasks. A handler may return a
-response, None (acks=0), or an awaitable that finishes later (parked in a purgatory, or waiting
-for an fsync); the handler moves on at once and the sequencer puts the response in its place.
+One queue per connection keeps validation and offset assignment in arrival order, while
+different connections proceed on different handler tasks (pipelined request processing,
+docs/design.md). A handler may return a response, None (acks=0), or an awaitable that finishes
+later (parked in a purgatory, or waiting for an fsync); the handler moves on at once and the
+sequencer puts the response in its place.
 
 Each request is timed through its phases (see broker/metrics.py) when metrics are on:
 ``received`` (parsed), ``dequeued`` (a handler took it), ``local_done`` (the handler returned
@@ -25,7 +26,7 @@ from broker.logging import debug_enabled
 from broker.network.connection import MuteReason
 from broker.network.request import Request
 from protocol.framing import encode_response
-from protocol.registry import API_VERSIONS_KEY
+from protocol.registry import API_VERSIONS_KEY, FETCH_KEY, JOIN_GROUP_KEY, SYNC_GROUP_KEY
 
 if TYPE_CHECKING:
     from broker.metrics import BrokerMetrics
@@ -35,7 +36,7 @@ log = structlog.get_logger("broker.network")
 
 SLOW_REQUEST_MS = 1000
 # APIs whose requests wait by design (long poll, rebalance): slow only if their own work is.
-_WAITS_BY_DESIGN = frozenset({1, 11, 14})  # Fetch, JoinGroup, SyncGroup
+_WAITS_BY_DESIGN = frozenset({FETCH_KEY, JOIN_GROUP_KEY, SYNC_GROUP_KEY})
 
 HandlerResult = ApiMessage | Awaitable[ApiMessage | None] | None
 Handler = Callable[["Request"], HandlerResult]

@@ -5,26 +5,11 @@ from __future__ import annotations
 
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions
-from kafka.protocol.consumer import (
-    ListOffsetsRequest,
-    ListOffsetsResponse,
-    OffsetForLeaderEpochRequest,
-    OffsetForLeaderEpochResponse,
-)
+from kafka.protocol.consumer import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 
 from tests.support.clients import Rec, confluent_produce, create_topic
+from tests.support.requests import EARLIEST, LATEST, MAX_TIMESTAMP, list_offsets
 from tests.support.wire import Wire
-
-LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
-
-
-def list_offsets(wire: Wire, topic: str, timestamp: int) -> tuple[int, int, int]:
-    topic_cls = ListOffsetsRequest.ListOffsetsTopic
-    req = ListOffsetsRequest[8](replica_id=-1, isolation_level=0, topics=[topic_cls(
-        name=topic, partitions=[topic_cls.ListOffsetsPartition(
-            partition_index=0, current_leader_epoch=-1, timestamp=timestamp)])])
-    p = wire.request(req, ListOffsetsResponse).topics[0].partitions[0]
-    return p.error_code, p.offset, p.timestamp
 
 
 def test_list_offsets_by_time_and_max_timestamp(broker):

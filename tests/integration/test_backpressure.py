@@ -1,4 +1,4 @@
-"""Memory stays bounded when 20 producers send as fast as they can (issue 4).
+"""Memory stays bounded when 20 producers send as fast as they can.
 
 queued.max.request.bytes caps the request bytes the whole broker holds in flight: past it, the
 connection that went over is muted (pause_reading) until responses release bytes, so the data a
@@ -7,7 +7,7 @@ not in the broker's heap.
 
 For the broker to fall behind at all, its disk is made slow: log.flush.interval.messages=1 (an
 acks=1 produce is answered after its fsync) and every fsync of a segment takes 20 ms more (the
-fsync-tracing sitecustomize of test_pipelining). Measured on the 2-core dev box: broker RSS
+fsync tracing of tests/support/fsync_trace.py). Measured on the 2-core dev box: broker RSS
 grows by about 6 MiB with the 1 MiB cap, by 24-48 MiB when the cap is lifted (-1), and so would
 with a broken MEMORY mute.
 
@@ -25,9 +25,9 @@ import uuid
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from tests.integration.test_pipelining import trace_fsyncs
 from tests.support.broker import BrokerProcess
 from tests.support.clients import create_topic, unique_topic, watermarks
+from tests.support.fsync_trace import trace_fsyncs
 
 PRODUCERS = 20
 RECORDS = 300  # per producer

@@ -15,15 +15,6 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer import fetcher as kafka_fetcher
 
-from tests.integration.test_pipelining import (
-    Wire,
-    fetch_request,
-    fetch_response,
-    fetched_values,
-    produce_request,
-    produce_response,
-    record_batch,
-)
 from tests.support.broker import BrokerProcess
 from tests.support.clients import (
     CREATE_TIME,
@@ -37,6 +28,15 @@ from tests.support.clients import (
     numbered,
     unique_topic,
 )
+from tests.support.requests import (
+    fetch_request,
+    fetch_response,
+    fetched_values,
+    produce_request,
+    produce_response,
+    record_batch,
+)
+from tests.support.wire import Wire
 
 FETCH_SESSION_ID_NOT_FOUND = 70
 INVALID_FETCH_SESSION_EPOCH = 71

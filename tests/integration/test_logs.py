@@ -1,4 +1,4 @@
-"""Structured logs (issue 6): the JSON lines of a real run carry their facts as fields.
+"""Structured logs: the JSON lines of a real run carry their facts as fields.
 
 Start (with the effective configuration), connection open and close, topic creation and a
 rebalance at info; one line per request at debug; never a record payload.
@@ -14,7 +14,6 @@ import time
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from broker.logging import redact
-from tests.integration.test_pipelining import produce_request, produce_response, record_batch
 from tests.support.broker import BrokerProcess
 from tests.support.clients import (
     Rec,
@@ -25,6 +24,7 @@ from tests.support.clients import (
     unique_topic,
     wait_until,
 )
+from tests.support.requests import produce_request, produce_response, record_batch
 from tests.support.wire import Wire
 
 PAYLOAD = b"payload-that-must-never-be-logged-7f3a"

@@ -1,4 +1,4 @@
-"""Long-poll fetches park in the fetch purgatory and complete on events (issue 4).
+"""Long-poll fetches park in the fetch purgatory and complete on events.
 
 Raw FetchRequest v12 on one socket, ProduceRequest on another, both read from one thread with
 select() so each response is timestamped the moment it arrives:
@@ -17,8 +17,9 @@ import time
 
 import pytest
 
-from tests.integration.test_pipelining import (
-    Wire,
+from tests.support.broker import BrokerProcess
+from tests.support.clients import create_topic, unique_topic
+from tests.support.requests import (
     correlation_id_of,
     fetch_request,
     fetch_response,
@@ -27,8 +28,7 @@ from tests.integration.test_pipelining import (
     produce_response,
     record_batch,
 )
-from tests.support.broker import BrokerProcess
-from tests.support.clients import create_topic, unique_topic
+from tests.support.wire import Wire
 
 # A loaded 2-core machine can stall a process for a few ms; the design goal is far below this.
 LATENCY_BOUND_S = 0.050

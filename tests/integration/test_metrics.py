@@ -1,4 +1,4 @@
-"""Prometheus metrics end to end (issue 6): a real Prometheus scrapes a real broker.
+"""Prometheus metrics end to end: a real Prometheus scrapes a real broker.
 
 The Prometheus server (Debian package `prometheus`, installed by `make test`) is started by the
 test on 127.0.0.1 with an ephemeral port, a temporary config and storage dir, and killed at the
@@ -22,14 +22,6 @@ from pathlib import Path
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from tests.integration.test_pipelining import (
-    fetch_request,
-    fetch_response,
-    fetched_values,
-    produce_request,
-    produce_response,
-    record_batch,
-)
 from tests.support.broker import BrokerProcess
 from tests.support.clients import (
     confluent_produce,
@@ -37,6 +29,14 @@ from tests.support.clients import (
     numbered,
     unique_topic,
     wait_until,
+)
+from tests.support.requests import (
+    fetch_request,
+    fetch_response,
+    fetched_values,
+    produce_request,
+    produce_response,
+    record_batch,
 )
 from tests.support.wire import Wire
 

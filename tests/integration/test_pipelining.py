@@ -1,4 +1,4 @@
-"""Pipelined request processing with real clients and raw sockets (issue 4).
+"""Pipelined request processing with real clients and raw sockets.
 
 One connection may have many requests in flight: they are handled in arrival order, so offsets
 follow send order, and responses leave strictly in request order even when a later request
@@ -6,36 +6,23 @@ follow send order, and responses leave strictly in request order even when a lat
 log.flush.interval.messages=1 an acks=all produce is answered only after the fsync that covers
 its batch, and a consumer never sees a high watermark that is not yet durable.
 
-fsyncs are observed from outside the broker: a `sitecustomize` put on the broker's PYTHONPATH
-wraps `os.fsync` to log, for each call, when it started and finished (CLOCK_MONOTONIC, shared by
-every process on the machine) and how long the file was when it started (what the call
-covers). It can also make each fsync of a segment slower, to widen the window in which a broker
-that answered early would be caught. No broker code is changed.
+fsyncs are observed from outside the broker (tests/support/fsync_trace.py): every fsync is
+logged with when it started and finished and how much of the file it covered, and each fsync of
+a segment can be made slower, to widen the window in which a broker that answered early would be
+caught. No broker code is changed.
 """
 
 from __future__ import annotations
 
-import os
-import struct
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-from kafka.protocol.consumer import (
-    FetchRequest,
-    FetchResponse,
-    ListOffsetsRequest,
-    ListOffsetsResponse,
-)
-from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
-from kafka.protocol.producer import ProduceRequest, ProduceResponse
-from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
+from kafka.protocol.metadata import ApiVersionsResponse
 
 from tests.support.broker import BrokerProcess
 from tests.support.clients import (
-    BASE_TS,
     Rec,
     aiokafka_consume,
     aiokafka_produce,
@@ -50,168 +37,16 @@ from tests.support.clients import (
     wait_until,
     watermarks,
 )
-from tests.support.wire import CLIENT_ID, Wire  # noqa: F401  (shared with other tests)
-
-# -- raw wire helpers (shared with test_longpoll and test_fetch_sessions) --------------------
-
-
-def correlation_id_of(frame: bytes) -> int:
-    return struct.unpack_from(">i", frame)[0]
-
-
-def record_batch(values: list[bytes], keys: list[bytes] | None = None) -> bytes:
-    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=16 << 20)
-    for i, value in enumerate(values):
-        key = keys[i] if keys else None
-        assert builder.append(BASE_TS + i, key, value, []) is not None
-    builder.close()
-    return bytes(builder.buffer())
-
-
-def produce_request(topic: str, records: bytes, *, acks: int = 1, partition: int = 0,
-                    timeout_ms: int = 15000, version: int = 9):
-    return ProduceRequest[version](
-        transactional_id=None, acks=acks, timeout_ms=timeout_ms,
-        topic_data=[ProduceRequest.TopicProduceData(
-            name=topic,
-            partition_data=[ProduceRequest.TopicProduceData.PartitionProduceData(
-                index=partition, records=records)],
-        )],
-    )
-
-
-def produce_response(frame: bytes, version: int = 9):
-    """(error code, base offset) of the single partition of a produce response."""
-    resp = ProduceResponse.decode(frame, version=version, header=True)
-    [topic] = resp.responses
-    [part] = topic.partition_responses
-    return part.error_code, part.base_offset
-
-
-def fetch_request(partitions: list[tuple[str, int, int]], *, max_wait_ms: int,
-                  min_bytes: int = 1, max_bytes: int = 50 << 20,
-                  partition_max_bytes: int = 10 << 20, session_id: int = 0,
-                  session_epoch: int = -1,
-                  forgotten: list[tuple[str, list[int]]] | None = None):
-    """FetchRequest v12 (topic names, flexible); session_epoch -1 means sessionless."""
-    by_topic: dict[str, list] = {}
-    for topic, index, offset in partitions:
-        by_topic.setdefault(topic, []).append(FetchRequest.FetchTopic.FetchPartition(
-            partition=index, current_leader_epoch=-1, fetch_offset=offset,
-            last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=partition_max_bytes,
-        ))
-    return FetchRequest[12](
-        replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
-        isolation_level=0, session_id=session_id, session_epoch=session_epoch,
-        topics=[FetchRequest.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
-        forgotten_topics_data=[
-            FetchRequest.ForgottenTopic(topic=t, partitions=ps) for t, ps in (forgotten or [])
-        ],
-        rack_id="",
-    )
-
-
-def fetch_response(frame: bytes):
-    return FetchResponse.decode(frame, version=12, header=True)
-
-
-def fetched_values(records: bytes | None) -> list[tuple[int, bytes | None]]:
-    """(offset, value) of every record in a fetched partition's record set."""
-    out: list[tuple[int, bytes | None]] = []
-    mr = MemoryRecords(bytes(records or b""))
-    while mr.has_next():
-        batch = mr.next_batch()
-        if batch is None:
-            break
-        out.extend((r.offset, r.value) for r in batch)
-    return out
-
-
-def list_offsets_latest(wire: Wire, topic: str, correlation_id: int) -> int:
-    req = ListOffsetsRequest[7](
-        replica_id=-1, isolation_level=0,
-        topics=[ListOffsetsRequest.ListOffsetsTopic(
-            name=topic,
-            partitions=[ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
-                partition_index=0, current_leader_epoch=-1, timestamp=-1)],
-        )],
-    )
-    wire.send(req, correlation_id)
-    resp = ListOffsetsResponse.decode(wire.read_frame(), version=7, header=True)
-    assert resp.header.correlation_id == correlation_id
-    [part] = resp.topics[0].partitions
-    assert part.error_code == 0, part
-    return part.offset
-
-
-def api_versions_request():
-    return ApiVersionsRequest[3](client_software_name=CLIENT_ID, client_software_version="1")
-
-
-# -- fsync tracing (a sitecustomize for the broker process only) -----------------------------
-
-_SITECUSTOMIZE = '''
-import os
-import time
-
-_trace = os.environ.get("ISSUE4_FSYNC_TRACE")
-if _trace:
-    _delay = float(os.environ.get("ISSUE4_FSYNC_DELAY_MS", "0")) / 1000
-    _real_fsync = os.fsync
-    _out = os.open(_trace, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-
-    def fsync(fd):
-        try:
-            path = os.readlink("/proc/self/fd/%d" % fd)
-            size = os.fstat(fd).st_size
-        except OSError:
-            path, size = "?", -1
-        start = time.monotonic()
-        _real_fsync(fd)
-        if _delay and path.endswith(".log"):
-            time.sleep(_delay)
-        done = time.monotonic()
-        os.write(_out, ("%.6f %.6f %d %s\\n" % (start, done, size, path)).encode())
-
-    os.fsync = fsync
-'''
-
-
-@dataclass(frozen=True)
-class Fsync:
-    start: float
-    done: float
-    size: int  # file length when the call began: the bytes it certainly made durable
-    path: str
-
-
-def trace_fsyncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, delay_ms: int) -> Path:
-    """Make brokers started from now on in this test log every fsync to the returned file."""
-    site = tmp_path / "fsync-site"
-    site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(_SITECUSTOMIZE)
-    trace = tmp_path / "fsync.trace"
-    old = os.environ.get("PYTHONPATH")
-    monkeypatch.setenv("PYTHONPATH", f"{site}{os.pathsep}{old}" if old else str(site))
-    monkeypatch.setenv("ISSUE4_FSYNC_TRACE", str(trace))
-    monkeypatch.setenv("ISSUE4_FSYNC_DELAY_MS", str(delay_ms))
-    return trace
-
-
-def segment_fsyncs(trace: Path, topic: str, partition: int = 0) -> list[Fsync]:
-    out = []
-    for line in trace.read_text().splitlines():
-        start, done, size, path = line.split(" ", 3)
-        if Path(path).parent.name == f"{topic}-{partition}" and path.endswith(".log"):
-            out.append(Fsync(float(start), float(done), int(size), path))
-    return out
-
-
-def first_durable(fsyncs: list[Fsync], end_position: int) -> float:
-    """When the first fsync that certainly covered bytes [0, end_position) finished."""
-    covering = [f.done for f in fsyncs if f.size >= end_position]
-    return min(covering) if covering else float("inf")
-
+from tests.support.fsync_trace import first_durable, segment_fsyncs, trace_fsyncs
+from tests.support.requests import (
+    api_versions_request,
+    correlation_id_of,
+    list_offsets_latest,
+    produce_request,
+    produce_response,
+    record_batch,
+)
+from tests.support.wire import Wire
 
 # -- raw pipelined burst ---------------------------------------------------------------------
 
@@ -371,7 +206,7 @@ def test_idempotent_producer_no_sequence_errors(broker_factory, tmp_path, monkey
     trace_fsyncs(tmp_path, monkeypatch, delay_ms=5)  # so that requests overlap
     broker: BrokerProcess = broker_factory({"log.flush.interval.messages": "1"})
     if INIT_PRODUCER_ID not in served_api_keys(broker.port):
-        pytest.xfail("InitProducerId lands with issue 5")
+        pytest.xfail("InitProducerId is not served yet")
     topic = unique_topic("idem")
     create_topic(broker.bootstrap, topic)
     stats: list[str] = []

@@ -147,7 +147,7 @@ def test_add_refuses_a_task_already_due() -> None:
     assert timed == [w.buckets[1]]
 
 
-def test_seed_002_level_one_examples() -> None:
+def test_first_level_buckets_by_tick_and_reuses_an_expired_bucket() -> None:
     """tick 1 ms, 20 buckets: 2 ms -> bucket 2; at 2 ms, 8 ms -> bucket 10 and 19 ms -> bucket 1
     (the bucket of 1 ms, expired, reused for 21 ms)."""
     w, timed = wheel()
@@ -160,7 +160,7 @@ def test_seed_002_level_one_examples() -> None:
     assert w.overflow_wheel is None  # everything fits in [2, 22)
 
 
-def test_seed_002_350_and_450_ms() -> None:
+def test_350_ms_goes_to_the_second_level_and_450_ms_to_the_third() -> None:
     """350 ms goes to level 2 bucket 17 (expiration 340); 450 ms to level 3 bucket 1
     (expiration 400), with every deadline in [400, 800) (446, 455, 473 ms)."""
     w, timed = wheel()
