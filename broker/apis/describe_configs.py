@@ -19,6 +19,17 @@ Entry = Result.DescribeConfigsResourceResult
 TOPIC, BROKER = 2, 4
 # ConfigSource values of Kafka's DescribeConfigs.
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+# ConfigType values (v3+), which the Java Admin shows as ConfigEntry.type().
+BOOLEAN, STRING, INT, LONG, LIST = 1, 2, 3, 5, 7
+# Kafka's ConfigDef types of the topic keys served (TopicConfig / LogConfig).
+TOPIC_TYPES = {
+    "cleanup.policy": LIST, "compression.type": STRING, "message.timestamp.type": STRING,
+    "segment.bytes": INT, "max.message.bytes": INT, "index.interval.bytes": INT,
+    "compression.gzip.level": INT, "compression.lz4.level": INT, "compression.zstd.level": INT,
+}
+# Broker keys Kafka types LONG although they are not durations.
+_LONG_BROKER_KEYS = {"log.retention.bytes", "log.flush.interval.messages",
+                     "queued.max.request.bytes"}
 
 
 def handle(ctx: ApiContext, request: Request) -> DescribeConfigsResponse:
@@ -48,12 +59,27 @@ def _describe(ctx: ApiContext, res) -> Result:  # type: ignore[no-untyped-def]
     keys = res.configuration_keys
     entries = [
         Entry(name=k, value=v, read_only=res.resource_type == BROKER, config_source=src,
-              is_default=src == DEFAULT_CONFIG, is_sensitive=False, synonyms=[], config_type=0,
-              documentation=None)
+              is_default=src == DEFAULT_CONFIG, is_sensitive=False, synonyms=[],
+              config_type=_type(res.resource_type, k), documentation=None)
         for k, (v, src) in values.items() if keys is None or k in keys
     ]
     return Result(error_code=0, error_message=None, resource_type=res.resource_type,
                   resource_name=res.resource_name, configs=entries)
+
+
+def _type(resource_type: int, key: str) -> int:
+    if resource_type == TOPIC:
+        return TOPIC_TYPES.get(key, LONG)  # the other topic keys are Kafka LONGs (.ms, bytes)
+    spec = KEYS[key]
+    if spec.parse is int:
+        return LONG if key.endswith(".ms") or key in _LONG_BROKER_KEYS else INT
+    try:
+        default = spec.parse(spec.default)
+    except ValueError:
+        return STRING
+    if isinstance(default, bool):
+        return BOOLEAN
+    return LIST if isinstance(default, list) else STRING
 
 
 def _error(res, code: ErrorCode, message: str) -> Result:  # type: ignore[no-untyped-def]

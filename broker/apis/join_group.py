@@ -22,7 +22,8 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     result = ctx.groups.join_group(
         req.group_id, req.member_id, getattr(req, "group_instance_id", None),
         require_known_id=version >= 4, client_id=request.header.client_id or "",
-        client_host=request.connection.peer.rpartition(":")[0],
+        # Kafka reports InetAddress.toString() of the client: "/127.0.0.1".
+        client_host="/" + request.connection.peer.rpartition(":")[0],
         rebalance_timeout_ms=req.rebalance_timeout_ms if version >= 1 else -1,
         session_timeout_ms=req.session_timeout_ms, protocol_type=req.protocol_type,
         protocols=[(p.name, bytes(p.metadata)) for p in req.protocols],

@@ -251,11 +251,6 @@ def test_admin_configs_and_cluster(shared: Shared) -> None:
     assert cluster["clusterId"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "DescribeConfigs config_type: the broker answers 0 (UNKNOWN) for every entry "
-    "(broker/apis/describe_configs.py), Kafka answers each key's type from v3 on "
-    "(retention.ms LONG, cleanup.policy LIST, segment.bytes INT ...), which Admin exposes as "
-    "ConfigEntry.type()"))
 def test_admin_config_types(shared: Shared) -> None:
     configs = _value(_steps(shared)["describeConfigs"])
     types = {k: configs[k][2] for k in ("retention.ms", "cleanup.policy", "segment.bytes",
@@ -295,10 +290,6 @@ def test_admin_consumer_groups(shared: Shared) -> None:
     assert group not in _value(steps["deleteConsumerGroups"])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "DescribeGroups member client_host: the broker answers the bare peer address "
-    "('127.0.0.1', broker/apis/join_group.py takes connection.peer), Kafka answers "
-    "InetAddress.toString() of the client, '/127.0.0.1' (what kafka-consumer-groups.sh shows)"))
 def test_admin_member_host_as_kafka_reports_it(shared: Shared) -> None:
     live = _value(_steps(shared)["describeConsumerGroups"])
     assert [m["host"] for m in live["members"]] == ["/127.0.0.1"]
