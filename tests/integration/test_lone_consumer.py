@@ -1,0 +1,173 @@
+"""A lone consumer in a group, with the broker's defaults, is assigned as soon as Kafka would.
+
+The most common group there is: one consumer, session.timeout.ms=6000, subscribing on a broker
+whose group.initial.rebalance.delay.ms is the default 3000. Kafka answers its JoinGroup once
+the delay has passed (~3 s) and the consumer reads at once. Extending the delay for the lone
+member itself (to ~6 s), or expiring a member while its JoinGroup is parked, makes the consumer
+late, or never assigned at all. Each client library is timed from subscribe to assignment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.support.broker import BrokerProcess
+from tests.support.clients import Rec, confluent_produce, create_topic, unique_topic
+
+SESSION_MS = 6000
+INITIAL_DELAY_S = 3.0  # the broker's default group.initial.rebalance.delay.ms
+ASSIGNED_WITHIN_S = 5.5  # one delay plus client overhead; two delays (~6 s) fail it
+DEADLINE_S = 10.0  # how long a consumer is given to be assigned and read
+VALUE = b"the only record"
+
+
+@dataclass
+class Outcome:
+    """What one consumer saw: seconds from subscribe to assignment, and what it read."""
+
+    assigned_after: float | None = None
+    assigned: set[tuple[str, int]] = field(default_factory=set)
+    values: list[bytes] = field(default_factory=list)
+    errors: list[object] = field(default_factory=list)
+
+    def done(self) -> bool:
+        return self.assigned_after is not None and bool(self.values)
+
+
+@pytest.fixture(scope="module")
+def default_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker with nothing overridden that touches groups."""
+    broker = BrokerProcess(Path(tmp_path_factory.mktemp("lone-consumer"))).start()
+    yield broker
+    if broker.proc is not None and broker.proc.poll() is None:
+        broker.kill()
+
+
+def consume_confluent(bootstrap: str, topic: str, group: str) -> Outcome:
+    from confluent_kafka import Consumer
+
+    out = Outcome()
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "broker.address.family": "v4",
+        "group.id": group, "session.timeout.ms": SESSION_MS, "auto.offset.reset": "earliest",
+        "enable.auto.commit": False, "fetch.wait.max.ms": 100, "error_cb": out.errors.append,
+    })
+    started = time.monotonic()
+
+    def on_assign(_consumer, partitions) -> None:
+        out.assigned_after = time.monotonic() - started
+        out.assigned = {(p.topic, p.partition) for p in partitions}
+
+    consumer.subscribe([topic], on_assign=on_assign)
+    try:
+        while not out.done() and time.monotonic() - started < DEADLINE_S:
+            msg = consumer.poll(0.05)
+            if msg is None:
+                continue
+            if msg.error():
+                out.errors.append(msg.error())
+            else:
+                out.values.append(msg.value())
+    finally:
+        consumer.close()
+    return out
+
+
+def consume_kafka_python(bootstrap: str, topic: str, group: str) -> Outcome:
+    from kafka import ConsumerRebalanceListener, KafkaConsumer
+
+    out = Outcome()
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=group, session_timeout_ms=SESSION_MS,
+        auto_offset_reset="earliest", enable_auto_commit=False, fetch_max_wait_ms=100,
+        request_timeout_ms=15000)
+    started = time.monotonic()
+
+    class Listener(ConsumerRebalanceListener):
+        def on_partitions_revoked(self, revoked) -> None:
+            pass
+
+        def on_partitions_assigned(self, assigned) -> None:
+            out.assigned_after = time.monotonic() - started
+            out.assigned = {(p.topic, p.partition) for p in assigned}
+
+    consumer.subscribe([topic], listener=Listener())
+    try:
+        while not out.done() and time.monotonic() - started < DEADLINE_S:
+            for records in consumer.poll(timeout_ms=50).values():
+                out.values.extend(r.value for r in records)
+    finally:
+        consumer.close(autocommit=False)
+    return out
+
+
+def consume_aiokafka(bootstrap: str, topic: str, group: str) -> Outcome:
+    return asyncio.run(_consume_aiokafka(bootstrap, topic, group))
+
+
+async def _consume_aiokafka(bootstrap: str, topic: str, group: str) -> Outcome:
+    from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+
+    out = Outcome()
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=group, session_timeout_ms=SESSION_MS,
+        auto_offset_reset="earliest", enable_auto_commit=False, fetch_max_wait_ms=100,
+        request_timeout_ms=15000)
+    await consumer.start()
+    started = time.monotonic()
+
+    class Listener(ConsumerRebalanceListener):
+        async def on_partitions_revoked(self, revoked) -> None:
+            pass
+
+        async def on_partitions_assigned(self, assigned) -> None:
+            out.assigned_after = time.monotonic() - started
+            out.assigned = {(p.topic, p.partition) for p in assigned}
+
+    consumer.subscribe([topic], listener=Listener())
+    try:
+        while not out.done() and (left := DEADLINE_S - (time.monotonic() - started)) > 0:
+            # getmany waits for an assignment whatever its timeout: bound it ourselves.
+            try:
+                batches = await asyncio.wait_for(consumer.getmany(timeout_ms=50), left)
+            except TimeoutError:
+                break
+            for records in batches.values():
+                out.values.extend(r.value for r in records)
+    finally:
+        await asyncio.wait_for(consumer.stop(), 30)
+    return out
+
+
+CONSUMERS: dict[str, Callable[[str, str, str], Outcome]] = {
+    "confluent": consume_confluent,
+    "kafka-python": consume_kafka_python,
+    "aiokafka": consume_aiokafka,
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("client", list(CONSUMERS))
+def test_lone_consumer_is_assigned_after_one_initial_delay(
+        default_broker: BrokerProcess, client: str) -> None:
+    bootstrap = default_broker.bootstrap
+    topic, group = unique_topic("lone"), unique_topic("lone-group")
+    create_topic(bootstrap, topic)
+    confluent_produce(bootstrap, topic, [Rec(b"key", VALUE)])
+
+    out = CONSUMERS[client](bootstrap, topic, group)
+
+    assert out.assigned_after is not None, (
+        f"{client}: a lone consumer with session.timeout.ms={SESSION_MS} was never assigned "
+        f"in {DEADLINE_S}s (errors: {out.errors})")
+    assert out.assigned == {(topic, 0)}
+    assert INITIAL_DELAY_S <= out.assigned_after < ASSIGNED_WITHIN_S, (
+        f"{client}: assigned {out.assigned_after:.2f}s after subscribe; Kafka assigns once "
+        f"the {INITIAL_DELAY_S}s initial delay has passed")
+    assert out.values == [VALUE], f"{client}: read {out.values} (errors: {out.errors})"
