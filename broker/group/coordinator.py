@@ -20,6 +20,7 @@ from broker.group.delayed import (
     DelayedHeartbeat,
     DelayedJoin,
     DelayedPendingMember,
+    DelayedSync,
     InitialDelayedJoin,
 )
 from broker.group.metadata import (
@@ -218,6 +219,8 @@ class GroupCoordinator:
             self.join_purgatory.check_and_complete(group.group_id)
 
     def _prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
+        group.pending_sync.clear()
+        self.join_purgatory.check_and_complete((group.group_id, "sync"))
         if group.is_(S.COMPLETING_REBALANCE):
             self._reset_and_propagate_assignment(group, ErrorCode.REBALANCE_IN_PROGRESS)
         if group.is_(S.EMPTY):
@@ -266,6 +269,34 @@ class GroupCoordinator:
             if fut is not None and not fut.done():
                 fut.set_result(self._join_result(group, member))
             self._schedule_heartbeat(group, member)
+        self._schedule_pending_sync(group)
+
+    def _schedule_pending_sync(self, group: GroupMetadata) -> None:
+        """Every member must send its SyncGroup within the rebalance timeout (Kafka's
+        DelayedSync), heartbeating or not; those that do not are removed."""
+        group.pending_sync = set(group.members)
+        op = DelayedSync(self, group, group.generation_id, group.max_rebalance_timeout())
+        self.join_purgatory.try_complete_else_watch(op, [(group.group_id, "sync")])
+
+    def _synced(self, group: GroupMetadata, member_id: str) -> None:
+        if member_id in group.pending_sync:
+            group.pending_sync.discard(member_id)
+            if not group.pending_sync:
+                self.join_purgatory.check_and_complete((group.group_id, "sync"))
+
+    def expire_pending_sync(self, group: GroupMetadata, generation: int) -> None:
+        """The rebalance timeout passed with members that never sent SyncGroup."""
+        if (group.generation_id != generation or not group.pending_sync
+                or not group.is_(S.COMPLETING_REBALANCE, S.STABLE)):
+            return
+        laggards = [group.members[m] for m in group.pending_sync if m in group.members]
+        group.pending_sync.clear()
+        for member in laggards:
+            self._remove_member(group, member)
+            log.info("member removed", group=group.group_id, member=member.member_id,
+                     reason="no SyncGroup within the rebalance timeout")
+        if laggards:
+            self._prepare_rebalance(group, "members did not sync within the rebalance timeout")
 
     def _join_result(self, group: GroupMetadata, member: MemberMetadata) -> JoinResult:
         members = []
@@ -291,6 +322,7 @@ class GroupCoordinator:
         member = group.members[member_id]
         if group.is_(S.PREPARING_REBALANCE):
             return ErrorCode.REBALANCE_IN_PROGRESS, b""
+        self._synced(group, member_id)
         self._schedule_heartbeat(group, member)
         if group.is_(S.STABLE):
             return ErrorCode.NONE, member.assignment
@@ -393,6 +425,7 @@ class GroupCoordinator:
 
     def _remove_member(self, group: GroupMetadata, member: MemberMetadata) -> None:
         group.remove(member.member_id)
+        self._synced(group, member.member_id)
         member.heartbeat_satisfied = True
         self.heartbeat_purgatory.check_and_complete((group.group_id, member.member_id))
         for fut in (member.awaiting_join, member.awaiting_sync):

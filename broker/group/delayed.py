@@ -4,6 +4,8 @@ DelayedJoin: a rebalance waits until every known member has rejoined, or the reb
 InitialDelayedJoin: the first rebalance of an empty group waits group.initial.rebalance.delay.ms,
 again while new members keep arriving, up to the rebalance timeout, so a group starting with
 several members rebalances once instead of once per member.
+DelayedSync: after a join, members that send no SyncGroup within the rebalance timeout are
+removed and the group rebalances.
 DelayedHeartbeat: a member's session; a heartbeat satisfies it and a new one is scheduled, and
 its expiry removes the member. A member awaiting its JoinGroup or SyncGroup answer cannot
 heartbeat (its client waits on the broker), so it counts as alive then, as in Kafka; a new
@@ -104,3 +106,25 @@ class DelayedPendingMember(DelayedOperation):
 
     def on_expiration(self) -> None:
         self.coordinator.expire_pending(self.group, self.member_id)
+
+
+class DelayedSync(DelayedOperation):
+    """After a join, every member must send SyncGroup within the rebalance timeout."""
+
+    def __init__(self, coordinator: GroupCoordinator, group: GroupMetadata, generation: int,
+                 timeout_ms: int) -> None:
+        super().__init__(timeout_ms)
+        self.coordinator = coordinator
+        self.group = group
+        self.generation = generation
+
+    def try_complete(self) -> bool:
+        if not self.group.pending_sync or self.group.generation_id != self.generation:
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        pass
+
+    def on_expiration(self) -> None:
+        self.coordinator.expire_pending_sync(self.group, self.generation)

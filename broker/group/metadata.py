@@ -87,6 +87,7 @@ class GroupMetadata:
     leader_id: str | None = None
     members: dict[str, MemberMetadata] = field(default_factory=dict)
     pending_members: set[str] = field(default_factory=set)
+    pending_sync: set[str] = field(default_factory=set)  # joined, SyncGroup not yet received
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
     # A member joined while the first rebalance's initial delay ran: extend it once more.
@@ -122,6 +123,9 @@ class GroupMetadata:
             self.static_members[member.group_instance_id] = new_id
         if self.leader_id == old_id:
             self.leader_id = new_id
+        if old_id in self.pending_sync:
+            self.pending_sync.discard(old_id)
+            self.pending_sync.add(new_id)
 
     def remove(self, member_id: str) -> MemberMetadata | None:
         member = self.members.pop(member_id, None)

@@ -198,8 +198,6 @@ async def test_member_with_a_parked_sync_outlives_its_session(parts: Components)
     assert state(parts) == GroupState.STABLE
 
 
-@pytest.mark.xfail(strict=True, reason="no pending-sync timeout (Kafka's DelayedSync): a member "
-                   "that never sends SyncGroup stays in the group as long as it heartbeats")
 async def test_member_that_never_syncs_is_removed_at_the_rebalance_timeout(
         parts: Components) -> None:
     """The other side of the rule above: waiting on the broker is not a licence to never ask.
