@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 from kafka.protocol.consumer import OffsetCommitResponse
 
 from broker.apis.deferred import answer_later
 from broker.group.metadata import OffsetAndMetadata
+from broker.wallclock import now_ms
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ TopicPartition = tuple[str, int]
 
 def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     req = request.body
-    now = int(time.time() * 1000)
+    now = now_ms()
     offsets = {
         (t.name, p.partition_index): OffsetAndMetadata(
             p.committed_offset, getattr(p, "committed_leader_epoch", -1),

@@ -22,7 +22,6 @@ import re
 import shutil
 import struct
 import threading
-import time
 from bisect import bisect_right
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -30,6 +29,7 @@ from pathlib import Path
 
 import structlog
 
+from broker import wallclock
 from broker.fileio import fsync_dir
 from broker.log.index import IndexCorruptError
 from broker.log.producer_state import (
@@ -71,9 +71,6 @@ _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 _PRODUCER_FIELDS = struct.Struct(">i8xqqhi")
 _INT64 = struct.Struct(">q")
 
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def parse_topic_partition_dir(name: str) -> tuple[str, int] | None:
@@ -231,7 +228,7 @@ class Log:
         self._next_offset = 0
         self.log_start_offset = 0
         self.recovery_point = 0
-        self.last_flush_ms = _now_ms() if now_ms is None else now_ms
+        self.last_flush_ms = wallclock.now_ms() if now_ms is None else now_ms
         self._closed = False
         self._unsynced_snapshots: list[Path] = []  # written at roll, fsynced by the next flush
         self.producer_state = ProducerStateManager(self.dir, topic, partition)
@@ -700,7 +697,7 @@ class Log:
             with self._lock:
                 if target > self.recovery_point:
                     self.recovery_point = target
-                self.last_flush_ms = _now_ms()
+                self.last_flush_ms = wallclock.now_ms()
 
     def close(self) -> None:
         """Flush and close every segment (Kafka's close fsyncs too)."""

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import os
 import struct
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from broker import wallclock
 from broker.log.index import OffsetIndex, TimeIndex
 from protocol.record_batch import (
     HEADER_SIZE_UP_TO_MAGIC,
@@ -58,9 +58,6 @@ def segment_file_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
 
 class LogSegment:
     """A segment: append batches, find a batch by offset or timestamp, recover, roll.
@@ -94,7 +91,7 @@ class LogSegment:
             os.close(self._fd)
             raise
         self._bytes_since_last_index_entry = 0
-        self.created_ms = _now_ms() if now_ms is None else now_ms
+        self.created_ms = wallclock.now_ms() if now_ms is None else now_ms
         self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = (
             self.time_index.last_entry()
         )
