@@ -159,6 +159,10 @@ class ReplicaManager:
                 results.append(FetchResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
             hw = p.high_watermark
+            if f.max_bytes < 0:  # Kafka's LocalLog.read refuses it; the partition answers so
+                results.append(FetchResult(ErrorCode.UNKNOWN_SERVER_ERROR, b"", hw,
+                                           p.log_start_offset))
+                continue
             try:
                 data = p.log.read(f.fetch_offset, min(f.max_bytes, max(remaining, 0)), hw, min_one)
             except OffsetOutOfRangeError:

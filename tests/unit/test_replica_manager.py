@@ -190,3 +190,13 @@ async def test_a_parked_answer_that_fails_to_compute_carries_the_exception(
     await parts.advance(1000)
     assert fut.done(), "a failing completion left the request hanging"
     assert isinstance(fut.exception(), Exception)
+
+
+async def test_negative_partition_max_bytes_answers_that_partition_with_an_error(
+        parts: Components) -> None:
+    """A fuzzed Fetch once raised inside the segment read; Kafka answers the partition with
+    UNKNOWN_SERVER_ERROR (LocalLog.read refuses a negative size) and the request goes on."""
+    parts.topics.create_topic("neg", 1, {})
+    [result] = parts.replica_manager.read_from_log(
+        [PartitionFetch(("neg", 0), 0, -2)], max_bytes=1 << 20)
+    assert result.error == ErrorCode.UNKNOWN_SERVER_ERROR
