@@ -147,11 +147,6 @@ def test_mutated_requests_never_fail_inside_the_broker(fuzz_broker: BrokerProces
     assert not failed, [signature(line) for line in failed]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "handler bug, not the network layer's: Fetch hands a negative partition_max_bytes on to "
-    "ReplicaManager.read_from_log, Segment.read raises ValueError and the connection closes as "
-    "an internal error; Kafka's LogSegment.read throws IllegalArgumentException there too, but "
-    "ReplicaManager.readFromLog turns it into UNKNOWN_SERVER_ERROR for that partition"))
 def test_fetch_with_a_negative_partition_max_bytes_is_answered(
         fuzz_broker: BrokerProcess) -> None:
     broker = fuzz_broker
