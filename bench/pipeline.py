@@ -179,6 +179,9 @@ def run_request_path(requests: int, metrics_on: bool) -> dict:
         def write(self, data: bytes) -> None:  # type: ignore[override]
             pass
 
+        def get_write_buffer_size(self) -> int:
+            return 0
+
     configure("WARNING", "json")  # no "connection opened" line in the output
     metrics = BrokerMetrics(node_id=1) if metrics_on else None
     channel = RequestChannel(1, 1 << 40, lambda r: response, metrics)

@@ -412,15 +412,23 @@ class BrokerCollector(Collector):
             mutes.add_metric([name], channel.mute_events.get(reason, 0))
         yield muted
         yield mutes
-        depth = GaugeMetricFamily(f"{PREFIX}_handler_queue_depth",
-                                  "Requests waiting for a handler, per handler queue.",
-                                  labels=["queue"])
-        for i, q in enumerate(channel.queues):
-            depth.add_metric([str(i)], q.qsize())
-        yield depth
+        yield GaugeMetricFamily(f"{PREFIX}_handler_queue_depth",
+                                "Requests waiting for a handler (all connections).",
+                                value=channel.waiting_requests())
         yield GaugeMetricFamily(
             f"{PREFIX}_inflight_request_bytes", "Bytes of requests received and not yet "
-            "answered (muted above queued.max.request.bytes).", value=channel.queued_bytes)
+            "answered, and of responses not yet taken by the socket (the budget "
+            "queued.max.request.bytes bounds).", value=channel.queued_bytes)
+        refused = CounterMetricFamily(
+            f"{PREFIX}_connections_refused", "Connections closed at accept for a limit.",
+            labels=["limit"])
+        for limit, n in sorted(channel.quotas.refused.items()):
+            refused.add_metric([limit], n)
+        yield refused
+        yield CounterMetricFamily(
+            f"{PREFIX}_connections_idle_closed",
+            "Connections closed after connections.max.idle.ms without traffic.",
+            value=channel.quotas.idle_closed)
         yield GaugeMetricFamily(
             f"{PREFIX}_inflight_requests", "Requests received and not yet answered.",
             value=sum(c.inflight for c in conns))

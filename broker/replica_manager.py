@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -130,10 +130,18 @@ class ReplicaManager:
     # -- fetch ------------------------------------------------------------------------------
     def fetch_messages(
         self, fetches: list[PartitionFetch], max_bytes: int, min_bytes: int, max_wait_ms: int,
+        limit: Callable[[], int] | None = None,
     ) -> list[FetchResult] | Awaitable[list[FetchResult]]:
         """Read up to each high watermark; below ``min_bytes`` park a DelayedFetch that reads
-        again when enough became readable, a partition changed under it, or the wait ends."""
-        results = self.read_from_log(fetches, max_bytes)
+        again when enough became readable, a partition changed under it, or the wait ends.
+
+        ``limit`` is the most the caller may take when the read happens (the connection's
+        share of the memory budget); at 0 the answer is empty and immediate, as a fetch
+        throttled by a quota is.
+        """
+        if limit is not None and limit() <= 0:
+            return self.read_from_log(fetches, 0, min_one=False)
+        results = self.read_from_log(fetches, _capped(max_bytes, limit))
         total = sum(len(r.records) for r in results)
         has_error = any(r.error != ErrorCode.NONE for r in results)
         if max_wait_ms <= 0 or total >= min_bytes or has_error or not fetches:
@@ -141,17 +149,22 @@ class ReplicaManager:
         partitions = self.partitions
         watched = [(f.tp, f.fetch_offset, partitions[f.tp].hw_bytes)  # type: ignore[index]
                    for f in fetches]
+        def read() -> list[FetchResult]:
+            capped = _capped(max_bytes, limit)
+            return self.read_from_log(fetches, capped, min_one=capped > 0)
+
         op = DelayedFetch(max_wait_ms, partitions, watched, total, min_bytes,  # type: ignore[arg-type]
-                          lambda: self.read_from_log(fetches, max_bytes))
+                          read)
         self.fetch_purgatory.try_complete_else_watch(op, [w[0] for w in watched])
         return op.future
 
-    def read_from_log(self, fetches: list[PartitionFetch], max_bytes: int) -> list[FetchResult]:
+    def read_from_log(self, fetches: list[PartitionFetch], max_bytes: int, min_one: bool = True
+                      ) -> list[FetchResult]:
         """KIP-74: the first batch of the first partition with data is returned whole even when
         larger than the limits, so a consumer always makes progress; after it, each partition's
-        max_bytes and the response's max_bytes bound what is read."""
+        max_bytes and the response's max_bytes bound what is read. ``min_one=False`` drops that
+        guarantee (a throttled fetch)."""
         remaining = max_bytes
-        min_one = True
         results: list[FetchResult] = []
         for f in fetches:
             p = self.partitions.get(f.tp) if f.tp is not None else None
@@ -271,6 +284,10 @@ class ReplicaManager:
 
     def shutdown(self) -> None:
         self._flush_executor.shutdown(wait=True)
+
+
+def _capped(max_bytes: int, limit: Callable[[], int] | None) -> int:
+    return max_bytes if limit is None else min(max_bytes, limit())
 
 
 def _timed_flush(log: Log) -> float | None:

@@ -71,8 +71,11 @@ class Broker:
         metrics_listener = cfg.metrics_listener
         if metrics_listener is not None:
             self.metrics = BrokerMetrics(node.node_id)
-        self.channel = RequestChannel(cfg["num.io.threads"], cfg["queued.max.request.bytes"],
-                                      self._dispatch, self.metrics)
+        self.channel = RequestChannel(
+            cfg["num.io.threads"], cfg["queued.max.request.bytes"], self._dispatch, self.metrics,
+            max_connections=cfg["max.connections"],
+            max_connections_per_ip=cfg["max.connections.per.ip"],
+            idle_ms=cfg["connections.max.idle.ms"])
         if self.metrics is not None and metrics_listener is not None:
             self.metrics.observe(self.channel, rm, coordinator, self.metadata)
             self.metrics_server = MetricsServer(self.metrics, *metrics_listener)

@@ -33,8 +33,11 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     session_id = session.session_id if session is not None else 0
     fetches = [PartitionFetch((w.topic, w.index) if w.topic is not None else None,
                               w.fetch_offset, w.max_bytes) for w in wanted]
+    # Sized to what the connection may still hold: a client that does not read its responses
+    # gets empty ones (as a quota-throttled fetch does) instead of the broker's memory.
+    allowance = request.connection.response_allowance
     results = ctx.replica_manager.fetch_messages(fetches, req.max_bytes, req.min_bytes,
-                                                 req.max_wait_ms)
+                                                 req.max_wait_ms, limit=allowance)
 
     def respond(res: list[FetchResult]) -> FetchResponse:
         return _response(wanted, res, version, session_id, incremental)

@@ -40,10 +40,11 @@ MAX_INFLIGHT_PER_CONNECTION = 128
 
 
 class MuteReason(IntFlag):
-    MEMORY = 1  # broker-wide queued.max.request.bytes exceeded
+    MEMORY = 1  # over its share of queued.max.request.bytes, or the broker over the whole
     INFLIGHT = 2  # this connection has too many requests in flight
     SERIAL = 4  # serial mode: one request at a time, as Kafka's processor does
     SHUTDOWN = 8  # the broker is draining: no new requests
+    WRITE = 16  # the client is not reading: its transport's buffer passed the high-water mark
 
 
 class Connection(asyncio.Protocol):
@@ -59,6 +60,10 @@ class Connection(asyncio.Protocol):
         self._paused = False
         self._pending: deque[bytes] = deque()  # parsed frames not yet dispatched (serial mode)
         self.inflight = 0
+        self.held_bytes = 0  # request and response bytes counted against the memory budget
+        self._write_buffered = 0  # of which: unsent bytes in the transport's buffer
+        self.last_active = time.monotonic()  # for connections.max.idle.ms
+        self._registered = False
         self.sequencer: ResponseSequencer[Request] = ResponseSequencer(self._write, self._on_sent)
         self._timed = channel.metrics is not None
         self._write_started = 0.0  # when the latest response was handed to the transport
@@ -70,12 +75,17 @@ class Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        self.channel.register(self)
+        self._registered = self.channel.register(self, peer[0] if peer else "?")
+        if not self._registered:  # over a connection limit: refused, counted and logged there
+            self.closed = True
+            transport.close()
+            return
         log.info("connection opened", peer=self.peer, channel=self.channel_id)
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
+        self.last_active = time.monotonic()
         try:
             frames = self.decoder.feed(data)
         except FrameError as exc:
@@ -87,11 +97,11 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        for request in self.sequencer.clear():
-            self.channel.release(request.size)
+        self.sequencer.clear()
         self._pending.clear()
-        self.channel.unregister(self)
-        log.info("connection closed", peer=self.peer, channel=self.channel_id)
+        if self._registered:
+            self.channel.unregister(self)  # gives back every byte it held
+            log.info("connection closed", peer=self.peer, channel=self.channel_id)
 
     # -- request path ----------------------------------------------------------------------
     def _dispatch(self) -> None:
@@ -144,7 +154,7 @@ class Connection(asyncio.Protocol):
         """Called by the channel when a request is done; ``payload`` is its encoded response,
         None when it expects none (or when it failed and this connection is closing)."""
         if not request.expects_response:
-            self.channel.release(request.size)
+            self.channel.release(self, request.size)
             if request.stats is not None:
                 ready = request.ready
                 request.stats.sent(request.received, ready, ready, ready)
@@ -153,16 +163,37 @@ class Connection(asyncio.Protocol):
         elif payload is None:
             self.close(f"no response to a {request.spec.name} request that expects one")
         elif not self.closed:
+            request.response_size = len(payload)
+            self.channel.hold(self, request.response_size)  # until the socket has taken it
             self.sequencer.complete(request, payload)
+
+    def response_allowance(self) -> int:
+        """Response bytes this connection may still be given (its share of the budget)."""
+        return self.channel.memory.allowance(self)
 
     def _write(self, payload: bytes) -> None:
         if self.transport is not None and not self.closed:
             if self._timed:
                 self._write_started = time.monotonic()
             self.transport.write(payload)
+            self.last_active = time.monotonic()
+
+    def _sync_write_buffer(self) -> None:
+        """Count what the transport still holds unsent (it sends what the socket takes at once)."""
+        if self.transport is None or self.closed:
+            return
+        size = self.transport.get_write_buffer_size()
+        delta, self._write_buffered = size - self._write_buffered, size
+        if delta > 0:
+            self.channel.hold(self, delta)
+        elif delta < 0:
+            self.channel.release(self, -delta)
 
     def _on_sent(self, request: Request) -> None:
-        self.channel.release(request.size)
+        # The request's bytes and its response's are done with; what the transport could not
+        # send yet stays counted as its buffer.
+        self.channel.release(self, request.size + request.response_size)
+        self._sync_write_buffer()
         stats = request.stats
         if stats is not None:
             request.write_started = self._write_started
@@ -176,9 +207,12 @@ class Connection(asyncio.Protocol):
     # -- write flow: the transport's buffer passed its high-water mark, then drained ---------
     def pause_writing(self) -> None:
         self._draining = True
+        self.set_mute(MuteReason.WRITE)
 
     def resume_writing(self) -> None:
         self._draining = False
+        self._sync_write_buffer()
+        self.clear_mute(MuteReason.WRITE)
         if self._undrained:
             end = time.monotonic()
             undrained, self._undrained = self._undrained, []
@@ -216,6 +250,14 @@ class Connection(asyncio.Protocol):
         if self.closed:
             return
         log.warning("closing connection", peer=self.peer, channel=self.channel_id, reason=reason)
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def close_quietly(self) -> None:
+        """Close without a warning (an idle timeout is not bad input; the quota counts it)."""
+        if self.closed:
+            return
         self.closed = True
         if self.transport is not None:
             self.transport.close()

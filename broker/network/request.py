@@ -32,6 +32,7 @@ class Request:
     ready: float = 0.0  # the response was built
     write_started: float = 0.0  # the response was handed to the transport (metrics on)
     payload: bytes | None = None  # the encoded response, while it waits in the sequencer
+    response_size: int = 0  # its length, counted against the memory budget until sent
     stats: RequestStats | None = None  # metrics on: this request's (API, version) counters
 
     @property

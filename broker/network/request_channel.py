@@ -1,10 +1,15 @@
-"""RequestChannel: N handler queues, a connection always hashed onto the same one.
+"""RequestChannel: requests from every connection, served round robin, within a memory budget.
 
-One queue per connection keeps validation and offset assignment in arrival order, while
-different connections proceed on different handler tasks (pipelined request processing,
-docs/design.md). A handler may return a response, None (acks=0), or an awaitable that finishes
-later (parked in a purgatory, or waiting for an fsync); the handler moves on at once and the
-sequencer puts the response in its place.
+Each connection's requests wait in their own FIFO, so validation and offset assignment stay in
+arrival order per connection (pipelined request processing, docs/design.md); connections with
+work take turns, one request per turn, so a client sending as fast as it can gets one turn per
+round like everyone else and a calm client's request waits for at most one request of each busy
+connection. The handler tasks give the event loop back every ``TURN_BUDGET_S`` of handling, so
+socket reads, timers and the metrics endpoint are served in between.
+
+A handler may return a response, None (acks=0), or an awaitable that finishes later (parked in
+a purgatory, or waiting for an fsync); the handler moves on at once and the sequencer puts the
+response in its place. Memory: broker/network/memory.py; connection limits: quotas.py.
 
 Each request is timed through its phases (see broker/metrics.py) when metrics are on:
 ``received`` (parsed), ``dequeued`` (a handler took it), ``local_done`` (the handler returned
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +30,8 @@ from kafka.protocol.api_message import ApiMessage
 
 from broker.logging import debug_enabled
 from broker.network.connection import MuteReason
+from broker.network.memory import MemoryBudget
+from broker.network.quotas import ConnectionQuotas
 from broker.network.request import Request
 from protocol.framing import encode_response
 from protocol.registry import API_VERSIONS_KEY, FETCH_KEY, JOIN_GROUP_KEY, SYNC_GROUP_KEY
@@ -37,21 +45,27 @@ log = structlog.get_logger("broker.network")
 SLOW_REQUEST_MS = 1000
 # APIs whose requests wait by design (long poll, rebalance): slow only if their own work is.
 _WAITS_BY_DESIGN = frozenset({FETCH_KEY, JOIN_GROUP_KEY, SYNC_GROUP_KEY})
+# Handling time after which a handler task yields to the event loop (seconds).
+TURN_BUDGET_S = 0.002
+UNLIMITED = 2**31 - 1  # Kafka's Int.MaxValue defaults of the connection limits
 
 HandlerResult = ApiMessage | Awaitable[ApiMessage | None] | None
 Handler = Callable[["Request"], HandlerResult]
 
 
 class RequestChannel:
-    def __init__(self, num_queues: int, max_queued_bytes: int, dispatch: Handler,
-                 metrics: BrokerMetrics | None = None) -> None:
-        self.queues: list[asyncio.Queue[Request | None]] = [
-            asyncio.Queue() for _ in range(num_queues)
-        ]
-        self.max_queued_bytes = max_queued_bytes
-        self.queued_bytes = 0
-        self.connections: set[Connection] = set()
-        self._memory_muted: set[Connection] = set()
+    def __init__(self, num_handlers: int, max_queued_bytes: int, dispatch: Handler,
+                 metrics: BrokerMetrics | None = None, *, max_connections: int = UNLIMITED,
+                 max_connections_per_ip: int = UNLIMITED, idle_ms: int = 600_000) -> None:
+        self.num_handlers = num_handlers
+        self.memory = MemoryBudget(max_queued_bytes)
+        self.quotas = ConnectionQuotas(max_connections, max_connections_per_ip)
+        self.idle_ms = idle_ms
+        self.connections: dict[Connection, str] = {}  # connection -> client ip
+        self._waiting: dict[Connection, deque[Request]] = {}  # requests not yet handled
+        self._ready: deque[Connection] = deque()  # connections with waiting requests, in turn
+        self._wakeup = asyncio.Event()
+        self._stopping = False
         self._dispatch = dispatch
         self._tasks: list[asyncio.Task[None]] = []
         self._pending: set[asyncio.Future[Any]] = set()
@@ -60,8 +74,22 @@ class RequestChannel:
         self.mute_events: dict[MuteReason, int] = {}  # times each reason was set
         self._debug = debug_enabled()
 
+    @property
+    def max_queued_bytes(self) -> int:
+        return self.memory.max_bytes
+
+    @property
+    def queued_bytes(self) -> int:
+        return self.memory.used
+
+    def waiting_requests(self) -> int:
+        return sum(len(q) for q in self._waiting.values())
+
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._handler_loop(q)) for q in self.queues]
+        self._tasks = [asyncio.create_task(self._handler_loop())
+                       for _ in range(self.num_handlers)]
+        if self.idle_ms > 0:
+            self._tasks.append(asyncio.create_task(self._idle_sweeper()))
 
     def mute_all(self) -> None:
         """Read no further requests (shutdown); what is queued still gets its answer."""
@@ -70,47 +98,86 @@ class RequestChannel:
 
     async def stop(self) -> None:
         """Let queued requests and parked responses finish, then stop the handler tasks."""
-        for q in self.queues:
-            q.put_nowait(None)
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._stopping = True
+        self._wakeup.set()
+        await asyncio.gather(*self._tasks[:self.num_handlers], return_exceptions=True)
+        for t in self._tasks[self.num_handlers:]:
+            t.cancel()
         if self._pending:
             await asyncio.wait(self._pending, timeout=5)
 
     # -- connections and memory --------------------------------------------------------------
-    def register(self, conn: Connection) -> None:
-        self.connections.add(conn)
+    def register(self, conn: Connection, ip: str) -> bool:
+        """Admit a new connection unless it is over a connection limit."""
+        if not self.quotas.admit(ip):
+            return False
+        self.connections[conn] = ip
         self.connections_opened += 1
+        return True
 
     def unregister(self, conn: Connection) -> None:
-        self.connections.discard(conn)
-        self._memory_muted.discard(conn)
+        ip = self.connections.pop(conn, None)
+        if ip is not None:
+            self.quotas.release(ip)
+        self._waiting.pop(conn, None)
+        self.memory.forget(conn)
 
     def hold(self, conn: Connection, size: int) -> None:
-        self.queued_bytes += size
-        if 0 <= self.max_queued_bytes < self.queued_bytes:
-            conn.set_mute(MuteReason.MEMORY)
-            self._memory_muted.add(conn)
+        if conn in self.connections:
+            self.memory.hold(conn, size)
 
-    def release(self, size: int) -> None:
-        self.queued_bytes -= size
-        if self._memory_muted and self.queued_bytes <= self.max_queued_bytes:
-            muted, self._memory_muted = self._memory_muted, set()
-            for conn in muted:
-                conn.clear_mute(MuteReason.MEMORY)
+    def release(self, conn: Connection, size: int) -> None:
+        self.memory.release(conn, min(size, conn.held_bytes))
 
-    # -- requests ---------------------------------------------------------------------------
+    async def _idle_sweeper(self) -> None:
+        """connections.max.idle.ms: close connections with no traffic and nothing in flight."""
+        interval = max(self.idle_ms / 10, 10) / 1000
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            for conn in list(self.connections):
+                idle_ms = (now - conn.last_active) * 1000
+                if idle_ms >= self.idle_ms and not conn.inflight and not conn.closed:
+                    self.quotas.closed_idle(conn.peer, idle_ms)
+                    conn.close_quietly()
+
+    # -- requests: per-connection FIFOs served round robin ------------------------------------
     def submit(self, request: Request) -> None:
         conn = request.connection
-        self.queues[hash(conn.channel_id) % len(self.queues)].put_nowait(request)
+        queue = self._waiting.get(conn)
+        if queue is None:
+            queue = self._waiting[conn] = deque()
+        if not queue:
+            self._ready.append(conn)
+            self._wakeup.set()
+        queue.append(request)
 
-    async def _handler_loop(self, queue: asyncio.Queue[Request | None]) -> None:
-        while (request := await queue.get()) is not None:
-            if request.connection.closed:
+    async def _handler_loop(self) -> None:
+        ready, waiting = self._ready, self._waiting
+        turn_started = time.monotonic()
+        while True:
+            if not ready:
+                if self._stopping:
+                    return
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                turn_started = time.monotonic()
                 continue
-            try:
-                self.handle(request)
-            except Exception as exc:  # a bug must cost one connection, never this handler
-                self._fail(request, exc)
+            conn = ready.popleft()
+            queue = waiting.get(conn)
+            if not queue:
+                continue
+            request = queue.popleft()
+            if queue:
+                ready.append(conn)  # its next request waits for everyone else's turn
+            if not conn.closed:
+                try:
+                    self.handle(request)
+                except Exception as exc:  # a bug must cost one connection, never this handler
+                    self._fail(request, exc)
+            if time.monotonic() - turn_started > TURN_BUDGET_S:
+                await asyncio.sleep(0)  # let reads, timers and the metrics endpoint run
+                turn_started = time.monotonic()
 
     def handle(self, request: Request) -> None:
         request.dequeued = time.monotonic()

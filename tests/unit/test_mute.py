@@ -34,6 +34,9 @@ class RecordingTransport(asyncio.Transport):
     def write(self, data: bytes) -> None:
         self.written.append(data)
 
+    def get_write_buffer_size(self) -> int:
+        return 0  # everything written was taken at once
+
     def close(self) -> None:
         self.closed = True
 
