@@ -45,6 +45,7 @@ class MuteReason(IntFlag):
     SERIAL = 4  # serial mode: one request at a time, as Kafka's processor does
     SHUTDOWN = 8  # the broker is draining: no new requests
     WRITE = 16  # the client is not reading: its transport's buffer passed the high-water mark
+    BACKLOG = 32  # requests of this connection already wait for a handler turn
 
 
 class Connection(asyncio.Protocol):

@@ -47,6 +47,10 @@ SLOW_REQUEST_MS = 1000
 _WAITS_BY_DESIGN = frozenset({FETCH_KEY, JOIN_GROUP_KEY, SYNC_GROUP_KEY})
 # Handling time after which a handler task yields to the event loop (seconds).
 TURN_BUDGET_S = 0.002
+# Requests of one connection waiting for their turn before that connection stops being read:
+# a greedy client's next requests wait in its socket, not in the loop's reads and parses
+# ahead of everyone else's.
+MAX_WAITING_PER_CONNECTION = 4
 UNLIMITED = 2**31 - 1  # Kafka's Int.MaxValue defaults of the connection limits
 
 HandlerResult = ApiMessage | Awaitable[ApiMessage | None] | None
@@ -151,6 +155,8 @@ class RequestChannel:
             self._ready.append(conn)
             self._wakeup.set()
         queue.append(request)
+        if len(queue) >= MAX_WAITING_PER_CONNECTION:
+            conn.set_mute(MuteReason.BACKLOG)
 
     async def _handler_loop(self) -> None:
         ready, waiting = self._ready, self._waiting
@@ -170,6 +176,8 @@ class RequestChannel:
             request = queue.popleft()
             if queue:
                 ready.append(conn)  # its next request waits for everyone else's turn
+            if conn.mute & MuteReason.BACKLOG and len(queue) < MAX_WAITING_PER_CONNECTION:
+                conn.clear_mute(MuteReason.BACKLOG)
             if not conn.closed:
                 try:
                     self.handle(request)
