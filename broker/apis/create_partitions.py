@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.admin import CreatePartitionsResponse
 
+from broker.apis.create_topics import EXCESSIVE_BATCH, MAX_RECORDS_PER_USER_OP
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -17,6 +18,14 @@ Result = CreatePartitionsResponse.CreatePartitionsTopicResult
 
 def handle(ctx: ApiContext, request: Request) -> CreatePartitionsResponse:
     req = request.body
+    new_partitions = 0
+    for t in req.topics:
+        info = ctx.topics.metadata.topics.get(t.name)
+        new_partitions += max(t.count - (info.partitions if info else 0), 0)
+    if new_partitions > MAX_RECORDS_PER_USER_OP:
+        return CreatePartitionsResponse(throttle_time_ms=0, results=[
+            Result(name=t.name, error_code=ErrorCode.POLICY_VIOLATION,
+                   error_message=EXCESSIVE_BATCH) for t in req.topics])
     results = []
     for t in req.topics:
         try:

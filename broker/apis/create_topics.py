@@ -16,8 +16,20 @@ Result = CreateTopicsResponse.CreatableTopicResult
 ConfigResult = Result.CreatableTopicConfigs
 
 
+# Kafka's controller bounds the records one request may create (QuorumController's
+# MAX_RECORDS_PER_USER_OP): a topic is one record, each partition and config one more; over it
+# every topic of the request is refused, so one request cannot stall the broker.
+MAX_RECORDS_PER_USER_OP = 10_000
+EXCESSIVE_BATCH = "Unable to perform excessively large batch operation."
+
+
 def handle(ctx: ApiContext, request: Request) -> CreateTopicsResponse:
     req = request.body
+    if _records(ctx, req.topics) > MAX_RECORDS_PER_USER_OP:
+        return CreateTopicsResponse(throttle_time_ms=0, topics=[
+            Result(name=t.name, error_code=ErrorCode.POLICY_VIOLATION,
+                   error_message=EXCESSIVE_BATCH, num_partitions=-1, replication_factor=-1,
+                   configs=None) for t in req.topics])
     results = []
     for t in req.topics:
         configs = {c.name: c.value for c in t.configs}
@@ -41,6 +53,15 @@ def handle(ctx: ApiContext, request: Request) -> CreateTopicsResponse:
                      for k, v in effective.items()],
         ))
     return CreateTopicsResponse(throttle_time_ms=0, topics=results)
+
+
+def _records(ctx: ApiContext, topics: Any) -> int:
+    total = 0
+    for t in topics:
+        partitions = (len(t.assignments) if t.assignments else
+                      ctx.config["num.partitions"] if t.num_partitions == -1 else t.num_partitions)
+        total += 1 + max(partitions, 0) + len(t.configs)
+    return total
 
 
 def _partition_count(ctx: ApiContext, t: Any) -> int:

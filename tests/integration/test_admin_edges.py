@@ -94,3 +94,14 @@ def test_authorized_operations_are_absent_unless_asked(broker):
     assert not cluster.authorized_operations
     [topic] = client.describe_topics(TopicCollection(["quiet"])).values()
     assert not topic.result(timeout=10).authorized_operations
+
+
+def test_an_excessively_large_creation_is_a_policy_violation(broker):
+    """Kafka's controller refuses one request creating more than 10,000 records."""
+    client = admin(broker)
+    futures = client.create_topics([NewTopic("huge", 10_000), NewTopic("small", 1)])
+    for name, fut in futures.items():
+        with pytest.raises(KafkaException) as info:
+            fut.result(timeout=10)
+        assert info.value.args[0].name() == "POLICY_VIOLATION", name
+    assert not {"huge", "small"} & set(client.list_topics(timeout=10).topics)
