@@ -4,6 +4,10 @@ The high watermark is the offset up to which data counts as committed. With one 
 the offset made durable as the flush policy defines it: every append when the policy does not
 fsync per message, and the last fsynced offset when it does (log.flush.interval.messages=1).
 Replication will move it later; nothing else here assumes a single replica.
+
+A partition whose log dir failed is offline (Kafka's HostedPartition.Offline): it stays known
+to the broker, so requests for it are answered KAFKA_STORAGE_ERROR rather than as unknown, and
+its high watermark stays where the last good write (or fsync) put it.
 """
 
 from __future__ import annotations
@@ -42,6 +46,11 @@ class Partition:
     @property
     def log_start_offset(self) -> int:
         return self.log.log_start_offset
+
+    @property
+    def offline(self) -> bool:
+        """Whether its log dir failed; it stays offline until the broker restarts."""
+        return self.log.offline
 
     def append(self, records: bytearray, now_ms: int) -> tuple[AppendInfo, bool]:
         """Append as leader; returns the append info and whether the high watermark moved."""

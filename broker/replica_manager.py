@@ -6,6 +6,11 @@ awaitable (the one bridge is broker/delayed_result.py). Handlers and the offsets
 and never see a purgatory; it never sees the wire format. Whatever moves a partition's high
 watermark or log start (append, fsync, retention, deletion) checks the purgatories for that
 partition here: parked requests complete on the event, never on a poll.
+
+A disk fault takes a log dir offline (broker/log/dir_failure.py); as Kafka's
+handleLogDirFailure, the partitions of that dir then answer KAFKA_STORAGE_ERROR to Produce and
+Fetch, what is parked on them is answered at once, and the partitions of the other dirs go on
+as before. Offline partitions stay in ``partitions`` (Kafka's HostedPartition.Offline).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import structlog
 
 from broker.delayed_fetch import DelayedFetch
 from broker.delayed_produce import DelayedProduce
+from broker.log.dir_failure import KafkaStorageError, LogDirFailureChannel
 from broker.log.log import AppendInfo, Log, OffsetOutOfRangeError
 from broker.metrics import Histogram
 from broker.partition import Partition
@@ -69,8 +75,9 @@ class ReplicaManager:
     def __init__(self, flush_interval_ms: int, timer: Timer) -> None:
         self.partitions: dict[TopicPartition, Partition] = {}
         self.timer = timer
-        self.produce_purgatory = Purgatory("produce", timer)
-        self.fetch_purgatory = Purgatory("fetch", timer)
+        self.produce_purgatory: Purgatory[DelayedProduce] = Purgatory("produce", timer)
+        self.fetch_purgatory: Purgatory[DelayedFetch] = Purgatory("fetch", timer)
+        self._failure_channels: list[LogDirFailureChannel] = []
         self._flush_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="flusher")
         self._flush_tasks: set[asyncio.Task[None]] = set()
         self.flush_interval_ms = flush_interval_ms
@@ -118,6 +125,8 @@ class ReplicaManager:
         try:
             check_produce_request_version(records, api_version)
             info, hw_moved = partition.append(bytearray(records), ts)
+        except KafkaStorageError as exc:  # logged once, when its dir went offline
+            return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
         except KafkaError as exc:
             code = ErrorCode(exc.error_code)
             log.warning("produce rejected", topic=tp[0], partition=tp[1], error=code.name,
@@ -171,6 +180,9 @@ class ReplicaManager:
             if p is None:
                 results.append(FetchResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
+            if p.offline:  # Kafka answers no offsets either (UnknownOffset)
+                results.append(FetchResult(ErrorCode.KAFKA_STORAGE_ERROR))
+                continue
             hw = p.high_watermark
             if f.max_bytes < 0:  # Kafka's LocalLog.read refuses it; the partition answers so
                 results.append(FetchResult(ErrorCode.UNKNOWN_SERVER_ERROR, b"", hw,
@@ -181,6 +193,9 @@ class ReplicaManager:
             except OffsetOutOfRangeError:
                 results.append(FetchResult(ErrorCode.OFFSET_OUT_OF_RANGE, b"", hw,
                                            p.log_start_offset))
+                continue
+            except KafkaStorageError:  # the read failed: the dir is offline now
+                results.append(FetchResult(ErrorCode.KAFKA_STORAGE_ERROR))
                 continue
             if data:
                 min_one = False
@@ -193,7 +208,12 @@ class ReplicaManager:
         """Delete segments past retention; a fetch parked below a new log start answers now."""
         ts = now_ms()
         for p in list(self.partitions.values()):
-            deleted = p.log.delete_old_segments(ts, p.high_watermark)
+            if p.offline:
+                continue
+            try:
+                deleted = p.log.delete_old_segments(ts, p.high_watermark)
+            except KafkaStorageError:
+                continue  # its dir is offline now, reported once
             if deleted:
                 log.info("retention deleted segments", topic=p.topic, partition=p.index,
                          segments=deleted, log_start_offset=p.log_start_offset)
@@ -232,6 +252,8 @@ class ReplicaManager:
                     self.on_high_watermark(partition)
                 if not partition.flush_again or self.partitions.get(partition.key) is not partition:
                     return
+        except KafkaStorageError:
+            pass  # the fsync failed: the high watermark stays, the dir is offline (logged once)
         except Exception:
             log.exception("flush failed", topic=partition.topic, partition=partition.index)
         finally:
@@ -252,7 +274,12 @@ class ReplicaManager:
             await asyncio.gather(*self._flush_tasks, return_exceptions=True)
         loop = asyncio.get_running_loop()
         for p in list(self.partitions.values()):
-            elapsed = await loop.run_in_executor(self._flush_executor, _timed_flush, p.log)
+            if p.offline:
+                continue
+            try:
+                elapsed = await loop.run_in_executor(self._flush_executor, _timed_flush, p.log)
+            except KafkaStorageError:
+                continue  # its dir is offline now, reported once
             if elapsed is not None:
                 self.flush_time.observe(elapsed)
 
@@ -265,6 +292,66 @@ class ReplicaManager:
     def add_partition(self, partition: Partition) -> None:
         self.partitions[partition.key] = partition
         self.opened_at[partition.key] = partition.log_end_offset
+        channel = partition.log.failure_channel
+        if not any(c is channel for c in self._failure_channels):
+            self._watch_log_dir_failures(channel)
+
+    def partition_or_error(self, tp: TopicPartition) -> tuple[Partition | None, ErrorCode]:
+        """Kafka's getPartitionOrError, for handlers that read a partition themselves
+        (ListOffsets, OffsetForLeaderEpoch): an offline one answers KAFKA_STORAGE_ERROR."""
+        p = self.partitions.get(tp)
+        if p is None:
+            return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if p.offline:
+            return None, ErrorCode.KAFKA_STORAGE_ERROR
+        return p, ErrorCode.NONE
+
+    # -- log dir failure --------------------------------------------------------------------------
+    def _watch_log_dir_failures(self, channel: LogDirFailureChannel) -> None:
+        """Handle each dir the channel takes offline, on the event loop: failures are also
+        seen on flusher and checkpoint threads."""
+        self._failure_channels.append(channel)
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+
+        def on_failure(log_dir: str) -> None:
+            if loop is None:
+                self.handle_log_dir_failure(log_dir)
+            elif not loop.is_closed():
+                loop.call_soon_threadsafe(self.handle_log_dir_failure, log_dir)
+
+        channel.add_listener(on_failure)
+
+    def handle_log_dir_failure(self, log_dir: str) -> None:
+        """Kafka's handleLogDirFailure: stop serving the partitions of a failed log dir.
+
+        Their logs refuse every write already (the channel's offline set); what waits on them
+        is answered now. A parked produce gets KAFKA_STORAGE_ERROR for the partition: its
+        batch was never acknowledged, the high watermark never reached it. A parked fetch
+        completes, reading that partition as KAFKA_STORAGE_ERROR.
+        """
+        offline = [p.key for p in self.partitions.values() if p.log.log_dir == log_dir]
+        for tp in offline:
+            for fetch in self.fetch_purgatory.cancel_for_key(tp):
+                fetch.force_complete()
+            for produce in self.produce_purgatory.cancel_for_key(tp):
+                self._fail_parked_produce(produce, tp)
+        log.warning("stopped serving replicas in an offline log dir", log_dir=log_dir,
+                    partitions=[f"{t}-{i}" for t, i in offline])
+
+    def _fail_parked_produce(self, op: DelayedProduce, tp: TopicPartition) -> None:
+        result = op.results[tp]
+        result.error = ErrorCode.KAFKA_STORAGE_ERROR
+        result.message = f"the log dir of {tp[0]}-{tp[1]} went offline before the batch was durable"
+        op.pending.discard(tp)
+        if op.pending:
+            # Still waiting on partitions of other dirs: watched again on them, with its full
+            # timeout again (cancel_for_key took it out of the timer).
+            self.produce_purgatory.try_complete_else_watch(op, list(op.pending))
+        else:
+            op.force_complete()
 
     def remove_partition(self, tp: TopicPartition) -> Partition | None:
         """Drop a partition; requests parked on it complete now with an error."""

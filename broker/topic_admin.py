@@ -10,6 +10,7 @@ from __future__ import annotations
 import structlog
 
 from broker.config import BrokerConfig
+from broker.log.dir_failure import KafkaStorageError
 from broker.log.log import LogConfig
 from broker.log.manager import LogManager
 from broker.metadata import (
@@ -70,6 +71,8 @@ class TopicAdmin:
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
         self.check_new_topic(name, partitions, configs)
+        if not self.log_manager.live_log_dirs:  # before the topic is recorded without logs
+            raise KafkaStorageError("every log dir is offline: no log can be created")
         info = self.metadata.add(name, partitions, configs)
         for index in range(partitions):
             self._open_partition(info, index)

@@ -25,6 +25,8 @@ from array import array
 from bisect import bisect_left, bisect_right
 from pathlib import Path
 
+from broker.log import disk
+
 __all__ = ["OffsetIndex", "TimeIndex", "IndexCorruptError"]
 
 _OFFSET_ENTRY = struct.Struct(">ii")
@@ -38,7 +40,7 @@ class IndexCorruptError(Exception):
 
 
 def _open_fd(path: Path) -> int:
-    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    return disk.open_file(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
 
 
 class _IndexFile:
@@ -53,7 +55,7 @@ class _IndexFile:
 
     def _read_all(self) -> bytes:
         size = os.fstat(self._fd).st_size
-        data = os.pread(self._fd, size, 0) if size else b""
+        data = disk.pread(self._fd, size, 0) if size else b""
         whole = len(data) - len(data) % self.entry_size
         if whole != len(data):
             raise IndexCorruptError(
@@ -62,10 +64,10 @@ class _IndexFile:
         return data
 
     def _write_entry(self, entry_no: int, payload: bytes) -> None:
-        os.pwrite(self._fd, payload, entry_no * self.entry_size)
+        disk.pwrite(self._fd, payload, entry_no * self.entry_size)
 
     def _truncate_entries(self, entries: int) -> None:
-        os.ftruncate(self._fd, entries * self.entry_size)
+        disk.ftruncate(self._fd, entries * self.entry_size)
 
     def relative_offset(self, offset: int) -> int:
         rel = offset - self.base_offset
@@ -83,7 +85,7 @@ class _IndexFile:
         return os.dup(self._fd)
 
     def flush(self) -> None:
-        os.fsync(self._fd)
+        disk.fsync(self._fd)
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -100,6 +102,15 @@ class _IndexFile:
 
     def size_in_bytes(self) -> int:
         return len(self) * self.entry_size
+
+    def truncate_to_entries(self, entries: int) -> None:
+        """Keep the first ``entries`` entries, in memory and in the file: undoes a failed append,
+        whose file may hold a torn entry the arrays never saw."""
+        self._truncate_entries_to(entries)
+        self._truncate_entries(entries)
+
+    def _truncate_entries_to(self, keep: int) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
 
     def __len__(self) -> int:  # pragma: no cover - overridden
         raise NotImplementedError

@@ -10,6 +10,10 @@ Invariants:
 * ``flush`` may run in a worker thread while the loop appends: it snapshots the end offset
   and the segment list under ``_lock`` (and dups the fds it will fsync), so a segment closed
   or deleted meanwhile is still safe to fsync. Everything else runs on the event loop.
+* A disk error (any OSError) while writing, fsyncing or reading takes the log's dir offline
+  through its LogDirFailureChannel and raises KafkaStorageError; an append that fails leaves
+  the log as it was (no offset assigned, nothing readable, nothing to acknowledge), and from
+  then on nothing of the dir is written (Kafka's maybeHandleIOException).
 * ``producer_state`` reflects exactly the batches below the log end offset. A batch from an
   idempotent producer is judged against it before offsets are assigned: a duplicate or a
   rejected batch leaves the log (and the state) untouched.
@@ -30,7 +34,8 @@ from pathlib import Path
 import structlog
 
 from broker import wallclock
-from broker.fileio import fsync_dir
+from broker.log import disk
+from broker.log.dir_failure import KafkaStorageError, LogDirFailureChannel
 from broker.log.index import IndexCorruptError
 from broker.log.producer_state import (
     BatchMetadata,
@@ -201,7 +206,8 @@ class Log:
 
     ``Log(dir, config, topic, partition)`` opens the directory (creating it and a first
     segment if needed) trusting what is there; ``Log.load(..., clean_shutdown=False)``
-    recovers from ``recovery_point`` first.
+    recovers from ``recovery_point`` first. ``failure_channel`` is the broker's (the
+    LogManager passes it); a log opened alone gets one of its own.
     """
 
     def __init__(
@@ -215,11 +221,16 @@ class Log:
         recovery_point: int = 0,
         log_start_offset: int = 0,
         now_ms: int | None = None,
+        failure_channel: LogDirFailureChannel | None = None,
     ) -> None:
         self.dir = Path(dir)
         self.config = config
         self.topic = topic
         self.partition = partition
+        channel = failure_channel if failure_channel is not None else LogDirFailureChannel()
+        self.failure_channel = channel
+        self.log_dir = str(self.dir.parent)  # Kafka's parentDir: the log dir that holds it
+        self._offline_dirs = channel.offline  # checked before every write: a set lookup
         self._validator = LogValidator(config, f"{topic}-{partition}")
         self._lock = threading.Lock()  # guards segment list changes vs. flush snapshots
         self._flush_lock = threading.Lock()  # one flush at a time per log
@@ -245,6 +256,7 @@ class Log:
         *,
         recovery_point: int = 0,
         log_start_offset: int = 0,
+        failure_channel: LogDirFailureChannel | None = None,
     ) -> Log:
         """Open an existing (or new) log; without a clean shutdown, recover first."""
         return cls(
@@ -255,6 +267,7 @@ class Log:
             clean_shutdown=clean_shutdown,
             recovery_point=recovery_point,
             log_start_offset=log_start_offset,
+            failure_channel=failure_channel,
         )
 
     # -- loading (Kafka's LogLoader) -------------------------------------------------------------
@@ -368,7 +381,7 @@ class Log:
     def flush_due(self, now_ms: int) -> bool:
         """Whether ``log.flush.interval.messages`` or ``log.flush.interval.ms`` says flush."""
         unflushed = self.unflushed_messages
-        if unflushed <= 0:
+        if unflushed <= 0 or self.offline:
             return False
         if unflushed >= self.config.flush_interval_messages:
             return True
@@ -380,6 +393,24 @@ class Log:
             f"end={self._next_offset}, segments={len(self.segments)})"
         )
 
+    # -- disk faults ------------------------------------------------------------------------------
+    @property
+    def offline(self) -> bool:
+        """Whether this log's dir failed: nothing of it is written until the broker restarts."""
+        return self.log_dir in self._offline_dirs
+
+    def _offline_error(self) -> KafkaStorageError:
+        return KafkaStorageError(
+            f"the log dir {self.log_dir} of {self.topic}-{self.partition} is offline after a "
+            "disk error"
+        )
+
+    def _dir_failed(self, action: str, error: OSError) -> KafkaStorageError:
+        """Report the dir to the failure channel (offline from now on); the error to raise."""
+        message = f"error while {action} {self.topic}-{self.partition} in dir {self.log_dir}"
+        self.failure_channel.maybe_add_offline_log_dir(self.log_dir, message, error)
+        return KafkaStorageError(f"{message}: {error}")
+
     # -- append ---------------------------------------------------------------------------------
     def append(
         self, records: bytearray | memoryview | bytes, now_ms: int, *, leader_epoch: int = 0
@@ -389,8 +420,11 @@ class Log:
         Raises the ``protocol.record_batch`` errors and the LogValidator's record errors (each
         with Kafka's ``error_code``) before touching the log. A batch may be stored recompressed
         when the topic's ``compression.type`` says so. ``leader_epoch`` is stamped into each
-        batch as a Kafka leader does.
+        batch as a Kafka leader does. KafkaStorageError when the dir is offline or the write
+        fails (which takes it offline); the log is then as it was before the call.
         """
+        if self.log_dir in self._offline_dirs:
+            raise self._offline_error()
         config = self.config
         if isinstance(records, bytes) or (isinstance(records, memoryview) and records.readonly):
             records = bytearray(records)  # offsets are written in place: needs a copy
@@ -436,8 +470,11 @@ class Log:
         else:
             max_timestamp = info.max_timestamp
             offset_of_max_timestamp = first_offset + info.offset_delta_of_max_timestamp
-        segment = self._maybe_roll(info.size_in_bytes, max_timestamp, last_offset, now_ms)
-        segment.append(last_offset, max_timestamp, offset_of_max_timestamp, records)
+        try:
+            segment = self._maybe_roll(info.size_in_bytes, max_timestamp, last_offset, now_ms)
+            segment.append(last_offset, max_timestamp, offset_of_max_timestamp, records)
+        except OSError as e:
+            raise self._dir_failed("appending to", e) from e
         self._next_offset = last_offset + 1
         if producer_batches:
             for pos, pid, epoch, first_seq, last_seq in producer_batches:
@@ -556,11 +593,16 @@ class Log:
                 max_offset = None
         segments = self.segments
         i = max(bisect_right(self._bases, fetch_offset) - 1, 0)
-        while i < len(segments):
-            data = segments[i].read(fetch_offset, max_bytes, max_offset, min_one_batch)
-            if data is not None:
-                return data
-            i += 1
+        try:
+            while i < len(segments):
+                data = segments[i].read(fetch_offset, max_bytes, max_offset, min_one_batch)
+                if data is not None:
+                    return data
+                i += 1
+        except OSError as e:
+            if self._closed:
+                raise  # a read after close is a bug here, not a fault of the disk
+            raise self._dir_failed("reading", e) from e
         return b""
 
     # -- ListOffsets ------------------------------------------------------------------------------
@@ -570,11 +612,16 @@ class Log:
         Kafka's searchOffsetInLocalLog: the first segment whose largest timestamp reaches the
         target, then its time index, then headers, then the records of one batch.
         """
-        for segment in list(self.segments):
-            if segment.largest_timestamp() >= timestamp:
-                found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
-                if found is not None:
-                    return found
+        try:
+            for segment in list(self.segments):
+                if segment.largest_timestamp() >= timestamp:
+                    found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                    if found is not None:
+                        return found
+        except OSError as e:
+            if self._closed:
+                raise  # a read after close is a bug here, not a fault of the disk
+            raise self._dir_failed("searching by timestamp", e) from e
         return None
 
     def max_timestamp_offset(self) -> tuple[int, int]:
@@ -588,7 +635,12 @@ class Log:
                 best = segment
         if best is None or best.max_timestamp_so_far < 0:
             return -1, -1
-        found = best.find_max_timestamp_offset()
+        try:
+            found = best.find_max_timestamp_offset()
+        except OSError as e:
+            if self._closed:
+                raise  # a read after close is a bug here, not a fault of the disk
+            raise self._dir_failed("searching the max timestamp of", e) from e
         return found if found is not None else (-1, -1)
 
     # -- retention --------------------------------------------------------------------------------
@@ -598,8 +650,16 @@ class Log:
         Kafka's rules: only a prefix of segments goes, never past ``high_watermark``
         (default: the log end offset); an expired non-empty active segment is deleted too,
         after rolling a fresh empty one, and the log start offset moves to the first
-        remaining segment.
+        remaining segment. Nothing happens on an offline dir.
         """
+        if self.offline:
+            return 0
+        try:
+            return self._delete_old_segments(now_ms, high_watermark)
+        except OSError as e:
+            raise self._dir_failed("deleting old segments of", e) from e
+
+    def _delete_old_segments(self, now_ms: int, high_watermark: int | None) -> int:
         hw = self._next_offset if high_watermark is None else high_watermark
         deleted = 0
         retention_bytes = self.config.retention_bytes
@@ -671,9 +731,14 @@ class Log:
 
         Safe to call from a worker thread while the event loop appends: the end offset is
         read first, then the segments from the recovery point on are snapshotted and their
-        fds duplicated under ``_lock``; the fsyncs run without holding it.
+        fds duplicated under ``_lock``; the fsyncs run without holding it. A failed fsync
+        takes the dir offline (KafkaStorageError) and is never retried: after one, the kernel
+        may have dropped the dirty pages, so a second could succeed without them. The
+        recovery point then stays where the last good flush put it.
         """
         with self._flush_lock:
+            if self.log_dir in self._offline_dirs:
+                raise self._offline_error()
             target = self._next_offset
             if target <= self.recovery_point and not self._unsynced_snapshots:
                 return
@@ -688,28 +753,52 @@ class Log:
                 snapshots, self._unsynced_snapshots = self._unsynced_snapshots, []
             try:
                 for fd in fds:
-                    os.fsync(fd)
+                    disk.fsync(fd)
+                if snapshots:
+                    _fsync_files(snapshots)
+            except OSError as e:
+                raise self._dir_failed("flushing", e) from e
             finally:
                 for fd in fds:
                     os.close(fd)
-            if snapshots:
-                _fsync_files(snapshots)
             with self._lock:
                 if target > self.recovery_point:
                     self.recovery_point = target
                 self.last_flush_ms = wallclock.now_ms()
 
     def close(self) -> None:
-        """Flush and close every segment (Kafka's close fsyncs too)."""
+        """Flush and close every segment (Kafka's close fsyncs too).
+
+        On an offline dir nothing is written: the files are closed as they are and recovery
+        checks them after the restart. A disk error while closing takes the dir offline and
+        raises KafkaStorageError, with the files closed all the same.
+        """
         if self._closed:
             return
-        self.flush()
-        # Kafka's close: a snapshot at the log end offset, so the next start scans nothing.
-        self.producer_state.map_end_offset = self._next_offset
-        self.producer_state.take_snapshot(sync=True, recovery_point=self.recovery_point)
+        if self.offline:
+            self._close_files()
+            return
+        try:
+            self.flush()
+            # Kafka's close: a snapshot at the log end offset, so the next start scans nothing.
+            self.producer_state.map_end_offset = self._next_offset
+            try:
+                self.producer_state.take_snapshot(sync=True, recovery_point=self.recovery_point)
+                with self._lock:
+                    for seg in self.segments:
+                        seg.close()
+                    self._closed = True
+            except OSError as e:
+                raise self._dir_failed("closing", e) from e
+        finally:
+            if not self._closed:
+                self._close_files()
+
+    def _close_files(self) -> None:
+        """Close every segment's files without writing to them."""
         with self._lock:
             for seg in self.segments:
-                seg.close()
+                seg.close_quietly()
             self._closed = True
 
     def delete(self) -> None:
@@ -743,13 +832,13 @@ def _fsync_files(paths: list[Path]) -> None:
     synced = False
     for path in paths:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = disk.open_file(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             continue
         try:
-            os.fsync(fd)
+            disk.fsync(fd)
             synced = True
         finally:
             os.close(fd)
     if synced:
-        fsync_dir(paths[0].parent)
+        disk.fsync_dir(paths[0].parent)

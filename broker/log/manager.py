@@ -15,6 +15,12 @@ Per log dir, as Kafka lays it out:
 Flushing and retention are scheduled by the broker (the ReplicaManager's group-commit flusher
 moves high watermarks when an fsync completes); ``checkpoint`` is a blocking call it runs in an
 executor.
+
+A disk error in a dir takes that dir offline (``failure_channel``, Kafka's
+LogDirFailureChannel): its logs are no longer written, checkpointed or flushed, new logs go to
+the live dirs only, and shutdown closes its files without writing and leaves it without a
+clean-shutdown marker, so the next start recovers it from its last checkpoint. The other dirs
+keep working. ``offline_dirs`` counts them (Kafka's OfflineLogDirectoryCount).
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ from pathlib import Path
 
 import structlog
 
-from broker.fileio import atomic_write, fsync_dir
+from broker.log import disk
+from broker.log.dir_failure import KafkaStorageError, LogDirFailureChannel
 from broker.log.log import Log, LogConfig, parse_topic_partition_dir
 
 __all__ = [
@@ -81,7 +88,7 @@ def write_offset_checkpoint(path: Path, offsets: dict[TopicPartition, int]) -> N
     """Write atomically: temp file, fsync, rename, fsync the directory."""
     lines = [str(_CHECKPOINT_VERSION), str(len(offsets))]
     lines += [f"{t} {p} {o}" for (t, p), o in sorted(offsets.items())]
-    atomic_write(path, ("\n".join(lines) + "\n").encode("utf-8"))
+    disk.atomic_write(path, ("\n".join(lines) + "\n").encode("utf-8"))
 
 
 class LogManager:
@@ -93,6 +100,7 @@ class LogManager:
         default_config: LogConfig,
         *,
         config_for: Callable[[str], LogConfig] | None = None,
+        failure_channel: LogDirFailureChannel | None = None,
     ) -> None:
         """``config_for(topic)`` gives a topic's config at load time (default: the default)."""
         if not log_dirs:
@@ -100,9 +108,42 @@ class LogManager:
         self.log_dirs = [Path(d) for d in log_dirs]
         self.default_config = default_config
         self._config_for = config_for
+        self.failure_channel = failure_channel or LogDirFailureChannel()
+        self.failure_channel.add_listener(self._on_log_dir_failure)
         self.logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
         self._lock_fds: list[int] = []
+
+    # -- log dir health ----------------------------------------------------------------------
+    @property
+    def offline_dirs(self) -> int:
+        """How many of ``log.dirs`` are offline (Kafka's OfflineLogDirectoryCount)."""
+        offline = self.failure_channel.offline
+        return sum(1 for d in self.log_dirs if str(d) in offline)
+
+    def is_log_dir_online(self, log_dir: Path) -> bool:
+        return str(log_dir) not in self.failure_channel.offline
+
+    @property
+    def live_log_dirs(self) -> list[Path]:
+        return [d for d in self.log_dirs if self.is_log_dir_online(d)]
+
+    def log_dir_of(self, tp: TopicPartition) -> Path | None:
+        """The log dir holding a partition's log (Kafka's parentDir), None if it has none."""
+        return self._dir_of.get(tp)
+
+    def _dir_failed(self, log_dir: Path, action: str, error: OSError) -> None:
+        self.failure_channel.maybe_add_offline_log_dir(
+            str(log_dir), f"error while {action} in dir {log_dir}", error)
+
+    def _on_log_dir_failure(self, log_dir: str) -> None:
+        """Kafka's LogManager.handleLogDirFailure, minus the halt: with every dir offline the
+        broker stays up, answering KAFKA_STORAGE_ERROR for every partition."""
+        offline = [f"{t}-{p}" for (t, p), d in list(self._dir_of.items()) if str(d) == log_dir]
+        logger.warning("stopped serving logs in an offline log dir", log_dir=log_dir,
+                       partitions=len(offline), offline_dirs=self.offline_dirs)
+        if not self.live_log_dirs:
+            logger.error("every log dir is offline", log_dirs=[str(d) for d in self.log_dirs])
 
     # -- startup -------------------------------------------------------------------------------
     def load(self) -> dict[TopicPartition, Log]:
@@ -139,6 +180,7 @@ class LogManager:
                     clean,
                     recovery_point=recovery_points.get(tp, 0),
                     log_start_offset=start_offsets.get(tp, 0),
+                    failure_channel=self.failure_channel,
                 )
                 self.logs[tp] = log
                 self._dir_of[tp] = log_dir
@@ -166,7 +208,9 @@ class LogManager:
         return self.logs.get(tp)
 
     def create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
-        """Create (or return the existing) log, in the log dir holding the fewest logs."""
+        """Create (or return the existing) log in the live log dir holding the fewest logs
+        (ties: the first in ``log.dirs``), as Kafka's nextLogDirs. A dir that fails to create
+        it goes offline and the next one is tried; KafkaStorageError when none can."""
         tp = (topic, partition)
         existing = self.logs.get(tp)
         if existing is not None:
@@ -174,11 +218,19 @@ class LogManager:
         counts = {d: 0 for d in self.log_dirs}
         for d in self._dir_of.values():
             counts[d] += 1
-        log_dir = min(self.log_dirs, key=lambda d: counts[d])
-        log = Log(log_dir / f"{topic}-{partition}", config or self.default_config, topic, partition)
-        self.logs[tp] = log
-        self._dir_of[tp] = log_dir
-        return log
+        for log_dir in sorted(self.live_log_dirs, key=lambda d: counts[d]):
+            try:
+                log = Log(log_dir / f"{topic}-{partition}", config or self.default_config, topic,
+                          partition, failure_channel=self.failure_channel)
+            except OSError as e:
+                self._dir_failed(log_dir, f"creating the log of {topic}-{partition}", e)
+                continue
+            self.logs[tp] = log
+            self._dir_of[tp] = log_dir
+            return log
+        raise KafkaStorageError(
+            f"no live log dir to create {topic}-{partition} in: tried "
+            f"{', '.join(str(d) for d in self.log_dirs)}")
 
     def delete_log(self, tp: TopicPartition) -> None:
         """Close and remove a partition's directory; unknown partitions are ignored."""
@@ -189,43 +241,70 @@ class LogManager:
 
     # -- flush and checkpoints (blocking: call from a worker thread, or at shutdown) ------------
     def flush_all(self) -> None:
-        """fsync every log, then checkpoint the recovery points. Blocking."""
+        """fsync every log of the live dirs, then checkpoint the recovery points. Blocking."""
         for log in list(self.logs.values()):
-            if not log.closed:
-                log.flush()
+            if not log.closed and not log.offline:
+                try:
+                    log.flush()
+                except KafkaStorageError:
+                    pass  # its dir is offline now, reported once by the channel
         self.checkpoint()
 
     def checkpoint(self) -> None:
-        """Write both offset checkpoints for every log dir. Blocking (fsyncs)."""
-        for log_dir in self.log_dirs:
-            recovery: dict[TopicPartition, int] = {}
-            starts: dict[TopicPartition, int] = {}
-            for tp, d in list(self._dir_of.items()):
-                if d != log_dir:
-                    continue
-                log = self.logs.get(tp)
-                if log is None:
-                    continue
-                recovery[tp] = log.recovery_point
-                starts[tp] = log.log_start_offset
-            write_offset_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT_FILE, recovery)
-            write_offset_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT_FILE, starts)
+        """Write both offset checkpoints for every live log dir. Blocking (fsyncs).
+
+        A dir whose checkpoint can not be written goes offline; the others are still written,
+        and this never raises for it (a checkpoint loop must outlive one bad disk).
+        """
+        for log_dir in self.live_log_dirs:
+            try:
+                self._checkpoint_dir(log_dir)
+            except OSError as e:
+                self._dir_failed(log_dir, "writing the offset checkpoints", e)
+
+    def _checkpoint_dir(self, log_dir: Path) -> None:
+        recovery: dict[TopicPartition, int] = {}
+        starts: dict[TopicPartition, int] = {}
+        for tp, d in list(self._dir_of.items()):
+            if d != log_dir:
+                continue
+            log = self.logs.get(tp)
+            if log is None:
+                continue
+            recovery[tp] = log.recovery_point
+            starts[tp] = log.log_start_offset
+        write_offset_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT_FILE, recovery)
+        write_offset_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT_FILE, starts)
 
     def shutdown(self) -> None:
-        """Flush and close every log, checkpoint, then write the clean-shutdown markers."""
+        """Flush and close every log, checkpoint, then write the clean-shutdown markers.
+
+        As Kafka, only in the live dirs: an offline dir's logs are closed without writing and
+        it gets neither checkpoints nor a marker, so the next start recovers it.
+        """
         for log in list(self.logs.values()):
-            log.close()
-        self.checkpoint()
-        for log_dir in self.log_dirs:
-            marker = log_dir / CLEAN_SHUTDOWN_FILE
-            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
             try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            fsync_dir(log_dir)
+                log.close()
+            except KafkaStorageError:
+                pass  # its dir is offline now, reported once by the channel
+        self.checkpoint()
+        for log_dir in self.live_log_dirs:
+            try:
+                self._write_clean_shutdown_marker(log_dir)
+            except OSError as e:
+                self._dir_failed(log_dir, "writing the clean-shutdown marker", e)
         for fd in self._lock_fds:
             with contextlib.suppress(OSError):
                 fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
         self._lock_fds = []
+
+    @staticmethod
+    def _write_clean_shutdown_marker(log_dir: Path) -> None:
+        marker = log_dir / CLEAN_SHUTDOWN_FILE
+        fd = disk.open_file(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            disk.fsync(fd)
+        finally:
+            os.close(fd)
+        disk.fsync_dir(log_dir)

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import structlog
 from crc32c import crc32c
 
-from broker.fileio import atomic_write
+from broker.log.disk import atomic_write
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:

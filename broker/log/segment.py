@@ -19,7 +19,10 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
+import structlog
+
 from broker import wallclock
+from broker.log import disk
 from broker.log.index import OffsetIndex, TimeIndex
 from protocol.record_batch import (
     HEADER_SIZE_UP_TO_MAGIC,
@@ -52,6 +55,8 @@ HEADER_SCAN_CHUNK = 16 * 1024
 
 _INT32 = struct.Struct(">i")
 
+log = structlog.get_logger("broker.log")
+
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
     """Kafka's file name: base offset as 20 zero-padded digits plus the suffix."""
@@ -82,7 +87,7 @@ class LogSegment:
         self.log_path = dir / segment_file_name(base_offset, LOG_FILE_SUFFIX)
         self.index_path = dir / segment_file_name(base_offset, INDEX_FILE_SUFFIX)
         self.time_index_path = dir / segment_file_name(base_offset, TIME_INDEX_FILE_SUFFIX)
-        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self._fd = disk.open_file(self.log_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         self._size = os.fstat(self._fd).st_size
         try:
             self.offset_index = OffsetIndex(self.index_path, base_offset)
@@ -125,7 +130,7 @@ class LogSegment:
 
     # -- I/O helpers ----------------------------------------------------------------------------
     def _pread(self, n: int, pos: int) -> bytes:
-        return os.pread(self._fd, n, pos)
+        return disk.pread(self._fd, n, pos)
 
     def read_bytes(self, position: int, size: int) -> bytes:
         """Raw bytes of the ``.log`` file (tests and recovery)."""
@@ -201,8 +206,10 @@ class LogSegment:
     ) -> None:
         """Write validated, offset-stamped batches at the end; add index entries if due.
 
-        Buffered write only: durability comes from ``flush``. If the write fails part way,
-        the file is cut back so it never ends in a partial batch we wrote.
+        Buffered write only: durability comes from ``flush``. All or nothing: if a write of
+        the batches or of an index entry fails (ENOSPC, EIO), the files are cut back to where
+        they were, the in-memory state is untouched and the OSError is raised, so a failed
+        append never leaves part of a batch behind to be read or recovered.
         """
         n = len(records)
         if n == 0:
@@ -216,23 +223,44 @@ class LogSegment:
         written = 0
         try:
             while written < n:
-                written += os.pwrite(self._fd, view[written:], physical_position + written)
+                written += disk.pwrite(self._fd, view[written:], physical_position + written)
         except OSError:
-            os.ftruncate(self._fd, physical_position)
+            self._cut_back(physical_position)
             raise
+        if largest_timestamp > self.max_timestamp_so_far:
+            max_ts, max_ts_offset = largest_timestamp, offset_of_max_timestamp
+        else:
+            max_ts, max_ts_offset = self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far
+        since_index = self._bytes_since_last_index_entry
+        if since_index > self.index_interval_bytes:
+            entries = self.offset_index.entries, self.time_index.entries
+            try:
+                self.offset_index.append(largest_offset, physical_position)
+                self.time_index.maybe_append(max_ts, max_ts_offset)
+            except OSError:
+                self._cut_back(physical_position, entries)
+                raise
+            since_index = 0
         if physical_position == 0:
             self.rolling_based_timestamp = largest_timestamp
         self._size = physical_position + n
-        if largest_timestamp > self.max_timestamp_so_far:
-            self.max_timestamp_so_far = largest_timestamp
-            self.offset_of_max_timestamp_so_far = offset_of_max_timestamp
-        if self._bytes_since_last_index_entry > self.index_interval_bytes:
-            self.offset_index.append(largest_offset, physical_position)
-            self.time_index.maybe_append(
-                self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far
-            )
-            self._bytes_since_last_index_entry = 0
-        self._bytes_since_last_index_entry += n
+        self.max_timestamp_so_far = max_ts
+        self.offset_of_max_timestamp_so_far = max_ts_offset
+        self._bytes_since_last_index_entry = since_index + n
+
+    def _cut_back(self, position: int, index_entries: tuple[int, int] | None = None) -> None:
+        """Undo a failed append: the ``.log`` file back to ``position``, the indexes back to
+        ``index_entries``. Best effort: if the disk refuses even this, its dir goes offline
+        anyway and recovery after the restart cuts the torn tail (or keeps a whole batch that
+        was never acknowledged, as Kafka would)."""
+        try:
+            disk.ftruncate(self._fd, position)
+            if index_entries is not None:
+                self.offset_index.truncate_to_entries(index_entries[0])
+                self.time_index.truncate_to_entries(index_entries[1])
+        except OSError as e:
+            log.warning("could not undo a failed append", segment=str(self.log_path),
+                        position=position, error=str(e))
 
     # -- lookups --------------------------------------------------------------------------------
     def translate_offset(
@@ -374,7 +402,7 @@ class LogSegment:
         """Cut the ``.log`` file at a batch boundary; returns bytes removed."""
         removed = self._size - position
         if removed > 0:
-            os.ftruncate(self._fd, position)
+            disk.ftruncate(self._fd, position)
             self._size = position
             self.offset_index.truncate_to_position(position)
         if self._size == 0:
@@ -409,7 +437,7 @@ class LogSegment:
 
     def flush(self) -> None:
         """fsync the log and both indexes (Kafka's LogSegment.flush)."""
-        os.fsync(self._fd)
+        disk.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
 

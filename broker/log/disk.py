@@ -1,0 +1,52 @@
+"""The log's file I/O: every open, read, write, fsync and truncation of a log dir's files.
+
+Segments, indexes, producer snapshots, checkpoints and the clean-shutdown marker call these
+names, looked up on this module at each call, never bound at import. They are the ``os``
+functions themselves, so the hot path costs exactly what ``os.pwrite`` costs; and a test can
+replace one (``monkeypatch.setattr(disk, "pwrite", failing)``) to make the disk fail with
+ENOSPC or EIO exactly where a real disk would, under the real Log, LogManager and
+ReplicaManager.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["open_file", "pread", "pwrite", "write", "fsync", "ftruncate", "atomic_write",
+           "fsync_dir"]
+
+open_file = os.open
+pread = os.pread
+pwrite = os.pwrite
+write = os.write
+fsync = os.fsync
+ftruncate = os.ftruncate
+
+
+def atomic_write(path: Path, data: bytes, *, sync: bool = True) -> None:
+    """Replace ``path`` with ``data`` (temp file, rename): a crash leaves the old or the new
+    version. Without ``sync`` the caller sees to durability later. A failure leaves at most a
+    ``.tmp`` file, which loading removes."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[write(fd, view):]
+        if sync:
+            fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if sync:
+        fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or a new file in ``path`` durable."""
+    fd = open_file(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fsync(fd)
+    finally:
+        os.close(fd)
