@@ -48,6 +48,7 @@ from protocol.registry import APIS, FETCH_KEY, PRODUCE_KEY
 
 if TYPE_CHECKING:
     from broker.group.coordinator import GroupCoordinator
+    from broker.log.manager import LogManager
     from broker.metadata import MetadataStore
     from broker.network.request import Request
     from broker.network.request_channel import RequestChannel
@@ -280,6 +281,7 @@ class BrokerMetrics:
         self.replica_manager: ReplicaManager | None = None
         self.coordinator: GroupCoordinator | None = None
         self.metadata: MetadataStore | None = None
+        self.log_manager: LogManager | None = None
         self.stats: dict[int, RequestStats] = {}  # (api key << 16 | version) -> stats
         self.timings: dict[str, ApiTimings] = {}
         self.topic_bytes_out: dict[Any, int] = {}
@@ -290,9 +292,11 @@ class BrokerMetrics:
         GCCollector(registry=self.registry)
 
     def observe(self, channel: RequestChannel, replica_manager: ReplicaManager,
-                coordinator: GroupCoordinator, metadata: MetadataStore) -> None:
+                coordinator: GroupCoordinator, metadata: MetadataStore,
+                log_manager: LogManager) -> None:
         self.channel, self.replica_manager = channel, replica_manager
         self.coordinator, self.metadata = coordinator, metadata
+        self.log_manager = log_manager
 
     def stats_for(self, request: Request) -> RequestStats:
         version = request.version if request.body is not None else UNSUPPORTED
@@ -558,6 +562,14 @@ class BrokerCollector(Collector):
         for topic in sorted(out):
             tout.add_metric([topic], out[topic])
         yield tout
+        offline = GaugeMetricFamily(
+            f"{PREFIX}_log_dirs_offline", "Log dirs taken offline by a disk error (Kafka's "
+            "OfflineLogDirectoryCount); their partitions answer KAFKA_STORAGE_ERROR.",
+            value=self.metrics.log_manager.offline_dirs if self.metrics.log_manager else 0)
+        yield offline
+        yield GaugeMetricFamily(
+            f"{PREFIX}_partitions_offline", "Partitions on an offline log dir (Kafka's "
+            "OfflineReplicaCount).", value=sum(1 for p in rm.partitions.values() if p.offline))
         flush = HistogramMetricFamily(
             f"{PREFIX}_log_flush_time_seconds",
             "fsyncs of a partition log (count: fsyncs that made data durable) and their time.")

@@ -77,7 +77,7 @@ class Broker:
             max_connections_per_ip=cfg["max.connections.per.ip"],
             idle_ms=cfg["connections.max.idle.ms"])
         if self.metrics is not None and metrics_listener is not None:
-            self.metrics.observe(self.channel, rm, coordinator, self.metadata)
+            self.metrics.observe(self.channel, rm, coordinator, self.metadata, self.log_manager)
             self.metrics_server = MetricsServer(self.metrics, *metrics_listener)
             await self.metrics_server.start()
         self.channel.start()

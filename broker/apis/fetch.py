@@ -102,6 +102,8 @@ def _response(wanted: list[CachedPartition], results: list[FetchResult], version
         error = r.error
         if error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and version >= 13:
             error = ErrorCode.UNKNOWN_TOPIC_ID
+        elif error == ErrorCode.KAFKA_STORAGE_ERROR and version <= 5:
+            error = ErrorCode.NOT_LEADER_OR_FOLLOWER  # what clients of those versions know
         changed = (r.records or error != ErrorCode.NONE or r.high_watermark != w.high_watermark
                    or r.log_start_offset != w.log_start_offset)
         w.high_watermark, w.log_start_offset = r.high_watermark, r.log_start_offset

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.consumer import ListOffsetsResponse
 
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from broker.context import ApiContext
@@ -24,13 +24,17 @@ def handle(ctx: ApiContext, request: Request) -> ListOffsetsResponse:
     for t in request.body.topics:
         parts = []
         for p in t.partitions:
-            partition = ctx.replica_manager.partitions.get((t.name, p.partition_index))
-            if partition is None:
+            partition, error = ctx.replica_manager.partition_or_error((t.name, p.partition_index))
+            if partition is not None:
+                try:
+                    offset, ts = _lookup(partition, p.timestamp)
+                except KafkaError as exc:  # the log dir failed under the lookup
+                    error = ErrorCode(exc.error_code)
+            if error != ErrorCode.NONE or partition is None:
                 parts.append(PartitionResponse(partition_index=p.partition_index,
-                                               error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                               timestamp=-1, offset=-1, leader_epoch=-1))
+                                               error_code=error, timestamp=-1, offset=-1,
+                                               leader_epoch=-1))
                 continue
-            offset, ts = _lookup(partition, p.timestamp)
             parts.append(PartitionResponse(partition_index=p.partition_index, error_code=0,
                                            timestamp=ts, offset=offset, leader_epoch=0))
         topics.append(TopicResponse(name=t.name, partitions=parts))

@@ -25,11 +25,10 @@ def handle(ctx: ApiContext, request: Request) -> OffsetForLeaderEpochResponse:
     for t in request.body.topics:
         parts = []
         for p in t.partitions:
-            partition = ctx.replica_manager.partitions.get((t.topic, p.partition))
+            partition, error = ctx.replica_manager.partition_or_error((t.topic, p.partition))
             if partition is None:
-                parts.append(EpochEndOffset(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                            partition=p.partition, leader_epoch=-1,
-                                            end_offset=-1))
+                parts.append(EpochEndOffset(error_code=error, partition=p.partition,
+                                            leader_epoch=-1, end_offset=-1))
             elif p.current_leader_epoch > partition.leader_epoch:
                 parts.append(EpochEndOffset(error_code=ErrorCode.UNKNOWN_LEADER_EPOCH,
                                             partition=p.partition, leader_epoch=-1,

@@ -503,7 +503,7 @@ class GroupCoordinator:
             if code == ErrorCode.NONE:
                 group.offsets.update(accepted)
             else:
-                code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+                code = _commit_error(code)
             fut.set_result({**results, **{tp: code for tp in accepted}})
 
         self.store.write(group_id, records).add_done_callback(stored)
@@ -617,3 +617,14 @@ class GroupCoordinator:
             removed += len(expired)
             log.info("offsets expired", group=gid, partitions=len(expired))
         return removed
+
+
+def _commit_error(append_error: ErrorCode) -> ErrorCode:
+    """What a failed append to __consumer_offsets means to a committing client (Kafka's
+    GroupMetadataManager): its coordinator moved or failed, or the commit was too large."""
+    if append_error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
+        return ErrorCode.NOT_COORDINATOR
+    if append_error in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE,
+                        ErrorCode.INVALID_FETCH_SIZE):
+        return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+    return ErrorCode.COORDINATOR_NOT_AVAILABLE

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -158,6 +159,10 @@ def test_a_full_log_dir_goes_offline_and_comes_back_after_a_restart(
         assert len(errors) == 1, errors
         assert errors[0]["log_dir"] == str(small_disk)
         assert "No space left on device" in errors[0]["error"]
+        exposition = urllib.request.urlopen(
+            f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=5).read().decode()
+        assert "minibroker_log_dirs_offline 1.0" in exposition
+        assert "minibroker_partitions_offline 1.0" in exposition
 
         assert broker.stop() == 0
         assert not (small_disk / ".kafka_cleanshutdown").exists()
