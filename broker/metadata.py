@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker.fileio import atomic_write
+from broker.log.disk import atomic_write
 from broker.log.validator import (
     COMPRESSION_LEVELS,
     LONG_MAX,

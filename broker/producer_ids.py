@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from broker.fileio import atomic_write
+from broker.log.disk import atomic_write
 
 BLOCK_SIZE = 1000
 
