@@ -40,7 +40,7 @@ class DelayedFetch(DelayedResult[list["FetchResult"]]):
         partitions = self.partitions
         for tp, offset, hw_bytes in self.watched:
             p = partitions.get(tp)
-            if p is None or not p.log_start_offset <= offset <= p.log_end_offset:
+            if p is None or p.offline or not p.log_start_offset <= offset <= p.log_end_offset:
                 return self.force_complete()  # an error to report: answer now
             total += p.hw_bytes - hw_bytes
         if total >= self.min_bytes:

@@ -37,6 +37,10 @@ class DelayedProduce(DelayedResult[Results]):
             if partition is None:
                 result.error = ErrorCode.NOT_LEADER_OR_FOLLOWER
                 self.pending.discard(tp)
+            elif partition.offline:  # its log dir failed before the batch was durable
+                result.error = ErrorCode.KAFKA_STORAGE_ERROR
+                result.message = f"the log dir of {tp[0]}-{tp[1]} went offline"
+                self.pending.discard(tp)
             elif partition.high_watermark > result.last_offset:
                 self.pending.discard(tp)
 

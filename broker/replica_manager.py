@@ -328,30 +328,17 @@ class ReplicaManager:
         """Kafka's handleLogDirFailure: stop serving the partitions of a failed log dir.
 
         Their logs refuse every write already (the channel's offline set); what waits on them
-        is answered now. A parked produce gets KAFKA_STORAGE_ERROR for the partition: its
-        batch was never acknowledged, the high watermark never reached it. A parked fetch
-        completes, reading that partition as KAFKA_STORAGE_ERROR.
+        is checked now, and the delayed operations themselves judge an offline partition: a
+        parked produce answers it KAFKA_STORAGE_ERROR (its batch was never acknowledged, the
+        high watermark never reached it) and keeps waiting, with its own deadline, for any
+        partitions of other dirs; a parked fetch completes, reading it as KAFKA_STORAGE_ERROR.
         """
         offline = [p.key for p in self.partitions.values() if p.log.log_dir == log_dir]
         for tp in offline:
-            for fetch in self.fetch_purgatory.cancel_for_key(tp):
-                fetch.force_complete()
-            for produce in self.produce_purgatory.cancel_for_key(tp):
-                self._fail_parked_produce(produce, tp)
+            self.fetch_purgatory.check_and_complete(tp)
+            self.produce_purgatory.check_and_complete(tp)
         log.warning("stopped serving replicas in an offline log dir", log_dir=log_dir,
                     partitions=[f"{t}-{i}" for t, i in offline])
-
-    def _fail_parked_produce(self, op: DelayedProduce, tp: TopicPartition) -> None:
-        result = op.results[tp]
-        result.error = ErrorCode.KAFKA_STORAGE_ERROR
-        result.message = f"the log dir of {tp[0]}-{tp[1]} went offline before the batch was durable"
-        op.pending.discard(tp)
-        if op.pending:
-            # Still waiting on partitions of other dirs: watched again on them, with its full
-            # timeout again (cancel_for_key took it out of the timer).
-            self.produce_purgatory.try_complete_else_watch(op, list(op.pending))
-        else:
-            op.force_complete()
 
     def remove_partition(self, tp: TopicPartition) -> Partition | None:
         """Drop a partition; requests parked on it complete now with an error."""

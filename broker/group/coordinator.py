@@ -69,10 +69,6 @@ class GroupCoordinator:
     def __init__(self, config: GroupConfig, timer: Timer, store: OffsetsStore,
                  partition_exists: Callable[[TopicPartition], bool]) -> None:
         self.config = config
-        self.initial_delay_ms = config.initial_rebalance_delay_ms
-        self.min_session_ms = config.min_session_timeout_ms
-        self.max_session_ms = config.max_session_timeout_ms
-        self.retention_ms = config.offsets_retention_ms
         self.groups: dict[str, GroupMetadata] = {}
         self.join_purgatory: Purgatory = Purgatory("join", timer)
         self.heartbeat_purgatory: Purgatory = Purgatory("heartbeat", timer)
@@ -96,7 +92,8 @@ class GroupCoordinator:
     ) -> JoinResult | asyncio.Future[JoinResult]:
         if not group_id:
             return JoinResult(ErrorCode.INVALID_GROUP_ID, member_id=member_id)
-        if not self.min_session_ms <= session_timeout_ms <= self.max_session_ms:
+        cfg = self.config
+        if not cfg.min_session_timeout_ms <= session_timeout_ms <= cfg.max_session_timeout_ms:
             return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id=member_id)
         group = self.groups.get(group_id)
         if group is None:
@@ -224,7 +221,7 @@ class GroupCoordinator:
         if group.is_(S.COMPLETING_REBALANCE):
             self._reset_and_propagate_assignment(group, ErrorCode.REBALANCE_IN_PROGRESS)
         if group.is_(S.EMPTY):
-            delay = self.initial_delay_ms
+            delay = self.config.initial_rebalance_delay_ms
             op: DelayedJoin = InitialDelayedJoin(
                 self, group, delay, delay, max(group.max_rebalance_timeout() - delay, 0))
         else:
@@ -594,15 +591,16 @@ class GroupCoordinator:
         """offsets.retention.minutes: offsets of groups empty for that long are deleted."""
         now = now_ms()
         removed = 0
+        retention_ms = self.config.offsets_retention_ms
         for gid, group in list(self.groups.items()):
             if not group.is_(S.EMPTY):
                 continue
             if group.protocol_type is not None:
-                expired = list(group.offsets) if group.state_timestamp + self.retention_ms < now \
+                expired = list(group.offsets) if group.state_timestamp + retention_ms < now \
                     else []
             else:
                 expired = [tp for tp, om in group.offsets.items()
-                           if om.commit_timestamp + self.retention_ms < now]
+                           if om.commit_timestamp + retention_ms < now]
             if not expired:
                 continue
             for tp in expired:

@@ -2,11 +2,11 @@
 
 Segments, indexes, producer snapshots, checkpoints and the clean-shutdown marker call these
 names (and so do the topic metadata and producer-id blocks, through ``atomic_write``, the one
-way the broker replaces a small file whole), looked up on this module at each call, never bound at import. They are the ``os``
-functions themselves, so the hot path costs exactly what ``os.pwrite`` costs; and a test can
-replace one (``monkeypatch.setattr(disk, "pwrite", failing)``) to make the disk fail with
-ENOSPC or EIO exactly where a real disk would, under the real Log, LogManager and
-ReplicaManager.
+way the broker replaces a small file whole), looked up on this module at each call, never
+bound at import. They are the ``os`` functions themselves, so the hot path costs exactly what
+``os.pwrite`` costs; and a test can replace one
+(``monkeypatch.setattr(disk, "pwrite", failing)``) to make the disk fail with ENOSPC or EIO
+exactly where a real disk would, under the real Log, LogManager and ReplicaManager.
 """
 
 from __future__ import annotations
