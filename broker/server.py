@@ -8,6 +8,7 @@ then write the clean-shutdown marker so the next start skips recovery.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
@@ -108,7 +109,7 @@ class Broker:
     def _dispatch(self, request: Request) -> HandlerResult:
         return apis.HANDLERS[request.spec.key](self.context, request)
 
-    async def _every(self, key: str, job) -> None:  # type: ignore[no-untyped-def]
+    async def _every(self, key: str, job: Callable[[], object]) -> None:
         interval = self.config[key] / 1000
         while True:
             await asyncio.sleep(interval)
