@@ -9,6 +9,7 @@ server; the server builds this.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from broker.config import BrokerConfig
 from broker.fetch_session import FetchSessionCache
@@ -37,3 +38,4 @@ class ApiContext:
     groups: GroupCoordinator
     fetch_sessions: FetchSessionCache
     producer_ids: ProducerIdManager
+    transactions: Any = None  # the TransactionCoordinator, wired by the server
