@@ -65,6 +65,15 @@ __all__ = [
     "validate_produce_records",
     "check_produce_request_version",
     "assign_offsets",
+    "CONTROL_ABORT",
+    "CONTROL_COMMIT",
+    "NO_SEQUENCE",
+    "NO_PRODUCER_ID",
+    "NO_PRODUCER_EPOCH",
+    "TRANSACTIONAL_MASK",
+    "CONTROL_MASK",
+    "build_end_txn_marker",
+    "read_end_txn_marker",
 ]
 
 # Field offsets inside a batch (Kafka's DefaultRecordBatch constants).
@@ -102,10 +111,21 @@ COMPRESSION_SNAPPY = 2
 COMPRESSION_LZ4 = 3
 COMPRESSION_ZSTD = 4
 
+NO_PRODUCER_EPOCH = -1
+#: Kafka's RecordBatch.NO_SEQUENCE: the base sequence of control batches and of the group
+#: coordinator's transactional offset commits.
+NO_SEQUENCE = -1
+
+#: Kafka's ControlRecordType ids of the end-transaction markers (the control record key type).
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+
 _COMPRESSION_MASK = 0x07
 _TIMESTAMP_TYPE_MASK = 0x08
 _TRANSACTIONAL_MASK = 0x10
 _CONTROL_MASK = 0x20
+TRANSACTIONAL_MASK = _TRANSACTIONAL_MASK
+CONTROL_MASK = _CONTROL_MASK
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _INT64 = struct.Struct(">q")
@@ -378,6 +398,7 @@ def validate_produce_records(
     max_batch_bytes: int | None = None,
     *,
     single_batch: bool = True,
+    client: bool = True,
 ) -> RecordsInfo:
     """Check a produce request's records the way a Kafka leader does, headers and CRC only.
 
@@ -388,6 +409,10 @@ def validate_produce_records(
     CRC, ``record_count >= 1 == last_offset_delta + 1``, no control batches, a sequence for
     an idempotent producer, and no trailing bytes. Record-level rules (timestamp bounds,
     compacted-topic keys, the topic's codec) are the log's: they need the topic's configs.
+
+    ``client=False`` is an append from a coordinator (Kafka's AppendOrigin.COORDINATOR): like
+    Kafka's LogValidator.validateBatch it may write control batches and batches of a producer
+    id without a sequence.
     """
     view = memoryview(buf)
     total = len(view)
@@ -464,9 +489,9 @@ def validate_produce_records(
                 f"inconsistent batch offset range [0, {last_offset_delta}] and count of "
                 f"records {count}"
             )
-        if attributes & _CONTROL_MASK:
+        if client and attributes & _CONTROL_MASK:
             raise InvalidRecordError("clients are not allowed to write control records")
-        if producer_id > NO_PRODUCER_ID and base_sequence < 0:
+        if client and producer_id > NO_PRODUCER_ID and base_sequence < 0:
             raise InvalidRecordError(
                 f"invalid sequence number {base_sequence} in record batch with producerId "
                 f"{producer_id}"
@@ -540,3 +565,135 @@ def assign_offsets(
             header.set_log_append_time(log_append_time_ms)
         next_offset += header.last_offset_delta + 1
     return next_offset - 1
+
+
+
+# -- end-transaction markers (Kafka's EndTransactionMarker, ControlRecordType) ------------------
+#: control record key: version int16 (0) | type int16; marker value: version int16 (0) |
+#: coordinator epoch int32. Both are Kafka's version-0 layouts.
+_CONTROL_KEY = struct.Struct(">hh")
+_MARKER_VALUE = struct.Struct(">hi")
+
+
+def _varint(value: int) -> bytes:
+    """Zig-zag varint (Kafka's ByteUtils.writeVarint / writeVarlong)."""
+    zigzag = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while zigzag & ~0x7F:
+        out.append((zigzag & 0x7F) | 0x80)
+        zigzag >>= 7
+    out.append(zigzag)
+    return bytes(out)
+
+
+def _read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
+    """``(value, next position)`` of the zig-zag varint at ``pos``."""
+    shift = 0
+    raw = 0
+    while True:
+        if pos >= len(buf):
+            raise CorruptRecordError("control record ends inside a varint")
+        b = buf[pos]
+        pos += 1
+        raw |= (b & 0x7F) << shift
+        if not b & 0x80:
+            break
+        shift += 7
+        if shift > 63:
+            raise CorruptRecordError("control record has a varint longer than 10 bytes")
+    return (raw >> 1) ^ -(raw & 1), pos
+
+
+def build_end_txn_marker(
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int,
+    commit: bool,
+    timestamp_ms: int,
+) -> bytearray:
+    """One control batch holding a COMMIT or ABORT marker, as Kafka's
+    MemoryRecords.withEndTransactionMarker builds it: attributes transactional | control,
+    uncompressed, CreateTime, base sequence -1, base offset 0 (the log assigns it), one record
+    whose key is the control type and whose value carries the coordinator epoch."""
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = _MARKER_VALUE.pack(0, coordinator_epoch)
+    body = (
+        b"\x00"  # record attributes
+        + _varint(0)  # timestamp delta
+        + _varint(0)  # offset delta
+        + _varint(len(key))
+        + key
+        + _varint(len(value))
+        + value
+        + _varint(0)  # no headers
+    )
+    record = _varint(len(body)) + body
+    size = RECORD_BATCH_OVERHEAD + len(record)
+    buf = bytearray(size)
+    _HEADER.pack_into(
+        buf,
+        0,
+        0,  # base offset
+        size - LOG_OVERHEAD,
+        NO_PARTITION_LEADER_EPOCH,
+        MAGIC_V2,
+        0,  # crc, below
+        _TRANSACTIONAL_MASK | _CONTROL_MASK,
+        0,  # last offset delta
+        timestamp_ms,
+        timestamp_ms,
+        producer_id,
+        producer_epoch,
+        NO_SEQUENCE,
+        1,
+    )
+    buf[RECORD_BATCH_OVERHEAD:] = record
+    _UINT32.pack_into(buf, CRC_OFFSET, crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
+    return buf
+
+
+def read_end_txn_marker(buf: Buffer, pos: int = 0) -> tuple[int, int]:
+    """``(control type, coordinator epoch)`` of the end-transaction marker batch at ``pos``.
+
+    Decodes only the batch's first record (control batches are never compressed). Raises
+    InvalidRecordError for a control record that is not a COMMIT or ABORT marker or whose
+    key or value is too short, as Kafka's EndTransactionMarker.deserialize does.
+    """
+    header = BatchHeader(buf, pos)
+    if not header.is_control:
+        raise InvalidRecordError(f"batch at position {pos} is not a control batch")
+    if header.compression_type != COMPRESSION_NONE:
+        raise InvalidRecordError("control batches must not be compressed")
+    if header.record_count < 1:
+        raise InvalidRecordError("control batch holds no record")
+    p = pos + RECORD_BATCH_OVERHEAD
+    end = pos + header.size_in_bytes
+    _length, p = _read_varint(buf, p)
+    p += 1  # record attributes
+    _ts_delta, p = _read_varint(buf, p)
+    _offset_delta, p = _read_varint(buf, p)
+    key_len, p = _read_varint(buf, p)
+    if key_len < _CONTROL_KEY.size or p + key_len > end:
+        raise InvalidRecordError(
+            f"invalid control record key size {key_len}, must have at least {_CONTROL_KEY.size}"
+        )
+    key_version, control_type = _CONTROL_KEY.unpack_from(buf, p)
+    if key_version < 0:
+        raise InvalidRecordError(f"invalid version found for control record: {key_version}")
+    p += key_len
+    if control_type not in (CONTROL_ABORT, CONTROL_COMMIT):
+        raise InvalidRecordError(
+            f"invalid control record type for end transaction marker: {control_type}"
+        )
+    value_len, p = _read_varint(buf, p)
+    if value_len < _MARKER_VALUE.size or p + value_len > end:
+        raise InvalidRecordError(
+            f"invalid value size found for end transaction marker: {value_len}, must have "
+            f"at least {_MARKER_VALUE.size}"
+        )
+    value_version, coordinator_epoch = _MARKER_VALUE.unpack_from(buf, p)
+    if value_version < 0:
+        raise InvalidRecordError(
+            f"invalid version found for end transaction marker: {value_version}"
+        )
+    return control_type, coordinator_epoch

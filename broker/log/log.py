@@ -29,6 +29,7 @@ import threading
 from bisect import bisect_right
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from pathlib import Path
 
 import structlog
@@ -55,6 +56,7 @@ from protocol.record_batch import (
 )
 
 __all__ = [
+    "AppendOrigin",
     "LogConfig",
     "AppendInfo",
     "Log",
@@ -76,6 +78,19 @@ _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 _PRODUCER_FIELDS = struct.Struct(">i8xqqhi")
 _INT64 = struct.Struct(">q")
 
+
+
+class AppendOrigin(Enum):
+    """Who appends (Kafka's AppendOrigin): the checks differ.
+
+    CLIENT is a producer: full validation, no control batches, sequences checked.
+    COORDINATOR is the group or transaction coordinator: end-transaction markers and batches
+    without a sequence (transactional offset commits) are allowed; producer epochs are
+    still checked.
+    """
+
+    CLIENT = "client"
+    COORDINATOR = "coordinator"
 
 
 def parse_topic_partition_dir(name: str) -> tuple[str, int] | None:
@@ -413,7 +428,12 @@ class Log:
 
     # -- append ---------------------------------------------------------------------------------
     def append(
-        self, records: bytearray | memoryview | bytes, now_ms: int, *, leader_epoch: int = 0
+        self,
+        records: bytearray | memoryview | bytes,
+        now_ms: int,
+        *,
+        leader_epoch: int = 0,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> AppendInfo:
         """Validate a produce request's records, assign offsets in place, write them.
 
@@ -428,7 +448,9 @@ class Log:
         config = self.config
         if isinstance(records, bytes) or (isinstance(records, memoryview) and records.readonly):
             records = bytearray(records)  # offsets are written in place: needs a copy
-        info = validate_produce_records(records, config.max_message_bytes)
+        info = validate_produce_records(
+            records, config.max_message_bytes, client=origin is AppendOrigin.CLIENT
+        )
         # Record-level rules and recompression (Kafka's LogValidator); headers only unless
         # the topic's rules need the records.
         records, info = self._validator.validate(records, info, now_ms)
