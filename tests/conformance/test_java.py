@@ -1,6 +1,7 @@
 """The reference Java client, kafka-clients (version in the Makefile's JAVA_JARS), as its users
 use it: a producer per codec with headers and explicit timestamps read back byte for byte, the
-idempotent producer, seek by timestamp, the Admin client, and classic consumer groups.
+idempotent producer, seek by timestamp, the Admin client, classic consumer groups, and
+transactions (commit, abort, read_committed, fencing, sendOffsetsToTransaction).
 
 tests/conformance/java/MiniBrokerConformance.java drives the client and prints what it saw, one
 JSON line per scenario; the assertions are all here. One JVM runs every scenario against one
@@ -97,7 +98,8 @@ def client() -> java_support.JavaClient:
 
 @pytest.fixture(scope="module")
 def java_broker(client, tmp_path_factory) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path_factory.mktemp("java-broker"), GROUP_OVERRIDES).start()
+    b = BrokerProcess(tmp_path_factory.mktemp("java-broker"),
+                      {**GROUP_OVERRIDES, "transaction.state.log.num.partitions": "3"}).start()
     yield b
     if b.proc is not None and b.proc.poll() is None:
         b.kill()
@@ -325,3 +327,79 @@ def test_classic_group(shared: Shared, assignor: str) -> None:
     late = sorted((p, o) for m, p, o, _v in rows if m == "late")
     assert late == sorted((p, o) for p in range(GROUP_PARTITIONS) for o in range(2 * n, 3 * n))
     assert result["committed"] == {str(p): 3 * n for p in range(GROUP_PARTITIONS)}
+
+
+# -- transactions -------------------------------------------------------------------------------
+# In a JVM of their own, after the scenarios above: a broker without transactions makes every
+# transactional call wait for max.block.ms, which must not cost the other tests their run.
+
+@dataclass
+class TxnShared:
+    broker: BrokerProcess
+    run: java_support.Run
+    specs: dict[str, str]
+    topics: dict[str, str]
+
+    def __getitem__(self, name: str) -> dict:
+        result = self.run[self.specs[name]]
+        assert "error" not in result, f"{name}: {result['error']}\n{self.run.stderr[-4000:]}"
+        return result
+
+
+@pytest.fixture(scope="module")
+def txn_shared(client, java_broker, shared) -> TxnShared:
+    topics = {"txn": unique_topic("java-txn"), "fence": unique_topic("java-fence"),
+              "in": unique_topic("java-ctp-in"), "out": unique_topic("java-ctp-out")}
+    specs = {"txn": f"txn:{topics['txn']}", "fence": f"fence:{topics['fence']}",
+             "txnOffsets": f"txnOffsets:{topics['in']}:{topics['out']}:{topics['in']}-g"}
+    run = java_support.run(client, java_broker.bootstrap, list(specs.values()), timeout=240)
+    return TxnShared(java_broker, run, specs, topics)
+
+
+def _values(rows: list) -> list[str]:
+    return [v for _o, v in rows]
+
+
+def _five(prefix: str) -> list[str]:
+    return [f"{prefix}-{i}" for i in range(5)]
+
+
+def test_transaction_commit_and_abort(txn_shared: TxnShared) -> None:
+    """initTransactions, then committed, aborted (after a flush) and committed transactions:
+    a read_committed KafkaConsumer reads the two committed ones in order and nothing of the
+    aborted one, a read_uncommitted one reads all three; the end offset is the same for both
+    isolation levels once nothing is open (15 records and 3 markers)."""
+    result = txn_shared["txn"]
+    committed = _values(result["readCommitted"])
+    assert committed == _five("first") + _five("last"), committed
+    assert _values(result["readUncommitted"]) == _five("first") + _five("aborted") + _five("last")
+    offsets = [o for o, _v in result["readUncommitted"]]
+    assert offsets == sorted(offsets) and offsets[0] == 0 and offsets[-1] == 16, offsets
+    assert (result["endCommitted"], result["endUncommitted"]) == (18, 18)
+    assert watermarks(txn_shared.broker.bootstrap, txn_shared.topics["txn"]) == (0, 18)
+
+
+def test_transaction_zombie_fenced(txn_shared: TxnShared) -> None:
+    """A second producer initialised with the same transactional.id fences the first: its
+    commitTransaction fails with ProducerFencedException, its records are aborted, and the
+    second producer's transaction is what read_committed reads."""
+    result = txn_shared["fence"]
+    error = result["zombieCommit"].get("error", "")
+    assert error.startswith("org.apache.kafka.common.errors.ProducerFencedException"), result
+    assert _values(result["readCommitted"]) == [f"fresh-{i}" for i in range(3)]
+
+
+def test_transaction_send_offsets(txn_shared: TxnShared) -> None:
+    """sendOffsetsToTransaction with the consumer's groupMetadata(): the group's offsets are
+    committed with the transaction and only then; an aborted transaction leaves them as they
+    were, and its output is never read_committed."""
+    result, topic = txn_shared["txnOffsets"], txn_shared.topics["in"]
+    offsets = result["offsets"]
+    assert (offsets["commitConsumed"], offsets["abortConsumed"]) == (10, 6), offsets
+    assert offsets["commitBefore"] == {}, offsets
+    after = {f"{topic}:{p}": [5, "", None] for p in range(2)}
+    assert offsets["commitAfter"] == after, offsets
+    assert offsets["abortBefore"] == after and offsets["abortAfter"] == after, offsets
+    out = _values(result["output"])
+    assert out[-1] == "END"
+    assert sorted(out[:-1]) == sorted(f"IN:{p}:{n}" for p in range(2) for n in range(5)), out

@@ -3,7 +3,7 @@ producers and read_committed / read_uncommitted consumers against a real broker 
 
 For each client: a committed transaction is read back in order; an aborted one is never seen
 by read_committed consumers and is seen by read_uncommitted ones; a second producer with the
-same transactional.id fences the first (its next send or commit fails with the client's fenced
+same transactional.id fences the first (its commit fails with the client's fenced
 error); consume-transform-produce commits the group's offsets with the transaction and only
 then (an aborted one leaves them as they were); a read_committed consumer stops at an open
 transaction (the last stable offset) and goes on once it commits; a transaction left open past
@@ -532,8 +532,8 @@ def test_aborted_records_only_read_uncommitted(txn_broker: BrokerProcess, made,
 @pytest.mark.parametrize("client", CLIENTS)
 def test_zombie_is_fenced(txn_broker: BrokerProcess, made, client: str) -> None:
     """A second producer with the same transactional.id: its initialisation aborts the first
-    one's open transaction and fences it, so the first one's next send or commit fails with the
-    client's fenced error; the new one's transaction commits, the zombie's records are never
+    one's open transaction and fences it, so the first one's commit fails with the client's
+    fenced error; the new one's transaction commits, the zombie's records are never
     read_committed."""
     topic = unique_topic("txn-fence")
     create_topic(txn_broker.bootstrap, topic)
@@ -548,8 +548,7 @@ def test_zombie_is_fenced(txn_broker: BrokerProcess, made, client: str) -> None:
     fresh = made("producer", client, txn_id)
     fresh.init()  # bumps the epoch; the zombie's open transaction is aborted
 
-    with pytest.raises(Exception) as caught:
-        zombie.send(topic, 0, b"zombie-late")
+    with pytest.raises(Exception) as caught:  # EndTxn with the old epoch
         zombie.commit()
     assert zombie.is_fenced(caught.value), f"not the fenced error: {caught.value!r}"
 
@@ -702,8 +701,7 @@ def test_transaction_timeout_aborts(txn_broker: BrokerProcess, made, client: str
     rows = read_until(reader, has_all(vals("kept", 3)), WAIT, "read_committed")
     assert values(rows) == vals("kept", 3)
 
-    with pytest.raises(Exception) as caught:
-        stale.send(topic, 0, b"too-late")
+    with pytest.raises(Exception) as caught:  # EndTxn with the epoch before the abort's bump
         stale.commit()
     assert stale.is_fenced(caught.value), f"not the fenced error: {caught.value!r}"
     assert stable_end(bootstrap, topic) == watermarks(bootstrap, topic)[1]

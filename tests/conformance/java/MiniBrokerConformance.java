@@ -62,7 +62,8 @@ import org.apache.kafka.common.utils.AppInfoParser;
  * {@code idempotent:<topic>:<partitions>:<records per partition>},
  * {@code timestamps:<topic>:<first timestamp ms>:<records>},
  * {@code group:<topic>:<group>:<partitions>:<records per partition>:<assignor>},
- * {@code admin:<name prefix>}.
+ * {@code admin:<name prefix>}, {@code txn:<topic>}, {@code fence:<topic>},
+ * {@code txnOffsets:<input topic>:<output topic>:<group>}.
  * One JVM runs several scenarios (a JVM start costs a second) and
  * prints one JSON line per scenario on stdout. The program reports what the client saw and
  * judges nothing: the Python test (tests/conformance/test_java.py) asserts on the lines. An
@@ -101,6 +102,9 @@ public final class MiniBrokerConformance {
             case "group" -> group(bootstrap, a[1], a[2], Integer.parseInt(a[3]),
                                   Integer.parseInt(a[4]), a[5], out);
             case "admin" -> admin(bootstrap, a[1], out);
+            case "txn" -> txn(bootstrap, a[1], out);
+            case "fence" -> fence(bootstrap, a[1], out);
+            case "txnOffsets" -> txnOffsets(bootstrap, a[1], a[2], a[3], out);
             default -> throw new IllegalArgumentException("unknown scenario " + a[0]);
         }
     }
@@ -538,6 +542,176 @@ public final class MiniBrokerConformance {
                                                        om == null ? null : om.offset()));
             out.put("committed", committed);
         }
+    }
+
+    // -- transactions ------------------------------------------------------------------------
+
+    private static KafkaProducer<byte[], byte[]> transactional(String bootstrap, String id) {
+        return producer(bootstrap, Map.of("transactional.id", id, "transaction.timeout.ms",
+                                          "10000", "acks", "all", "linger.ms", "5"));
+    }
+
+    private static void sendValues(KafkaProducer<byte[], byte[]> producer, String topic,
+                                   int partition, String prefix, int n) {
+        for (int i = 0; i < n; i++) {
+            producer.send(new ProducerRecord<>(topic, partition, null,
+                                               (prefix + "-" + i).getBytes(StandardCharsets.UTF_8)));
+        }
+    }
+
+    /** [offset, value] of every record up to `last` (a value), with one isolation level. */
+    private static List<Object> readUntil(String bootstrap, TopicPartition tp, String isolation,
+                                          String last) {
+        List<Object> got = new ArrayList<>();
+        try (KafkaConsumer<byte[], byte[]> consumer = consumer(bootstrap, Map.of(
+                "isolation.level", isolation))) {
+            consumer.assign(List.of(tp));
+            consumer.seekToBeginning(List.of(tp));
+            long deadline = System.nanoTime() + WAIT.toNanos();
+            boolean done = false;
+            while (!done && System.nanoTime() < deadline) {
+                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
+                    String v = new String(r.value(), StandardCharsets.UTF_8);
+                    got.add(List.of(r.offset(), v));
+                    done |= v.equals(last);
+                }
+            }
+        }
+        return got;
+    }
+
+    private static long endOffset(String bootstrap, TopicPartition tp, String isolation) {
+        try (KafkaConsumer<byte[], byte[]> consumer = consumer(bootstrap, Map.of(
+                "isolation.level", isolation))) {
+            return consumer.endOffsets(List.of(tp)).get(tp);
+        }
+    }
+
+    /**
+     * Three transactions of five records: committed ("first"), aborted after a flush (its
+     * records are in the log), committed ("last"); then what read_committed and
+     * read_uncommitted consumers read, and the end offset each isolation level sees.
+     */
+    private static void txn(String bootstrap, String topic, Map<String, Object> out)
+            throws Exception {
+        createTopic(bootstrap, topic, 1);
+        TopicPartition tp = new TopicPartition(topic, 0);
+        try (KafkaProducer<byte[], byte[]> producer = transactional(bootstrap, topic + "-txn")) {
+            producer.initTransactions();
+            producer.beginTransaction();
+            sendValues(producer, topic, 0, "first", 5);
+            producer.commitTransaction();
+            producer.beginTransaction();
+            sendValues(producer, topic, 0, "aborted", 5);
+            producer.flush();
+            producer.abortTransaction();
+            producer.beginTransaction();
+            sendValues(producer, topic, 0, "last", 5);
+            producer.commitTransaction();
+        }
+        out.put("readCommitted", readUntil(bootstrap, tp, "read_committed", "last-4"));
+        out.put("readUncommitted", readUntil(bootstrap, tp, "read_uncommitted", "last-4"));
+        out.put("endCommitted", endOffset(bootstrap, tp, "read_committed"));
+        out.put("endUncommitted", endOffset(bootstrap, tp, "read_uncommitted"));
+    }
+
+    /**
+     * A zombie: a producer with an open transaction whose transactional.id is initialised by a
+     * second producer. The zombie's commitTransaction must fail (ProducerFencedException); the
+     * second producer's transaction commits and is all a read_committed consumer reads.
+     */
+    private static void fence(String bootstrap, String topic, Map<String, Object> out)
+            throws Exception {
+        createTopic(bootstrap, topic, 1);
+        String id = topic + "-txn";
+        KafkaProducer<byte[], byte[]> zombie = transactional(bootstrap, id);
+        try {
+            zombie.initTransactions();
+            zombie.beginTransaction();
+            sendValues(zombie, topic, 0, "zombie", 3);
+            zombie.flush();
+            try (KafkaProducer<byte[], byte[]> fresh = transactional(bootstrap, id)) {
+                fresh.initTransactions();
+                out.put("zombieCommit", step(() -> {
+                    zombie.commitTransaction();
+                    return "committed";
+                }));
+                fresh.beginTransaction();
+                sendValues(fresh, topic, 0, "fresh", 3);
+                fresh.commitTransaction();
+            }
+        } finally {
+            zombie.close(Duration.ofSeconds(5));
+        }
+        out.put("readCommitted", readUntil(bootstrap, new TopicPartition(topic, 0),
+                                           "read_committed", "fresh-2"));
+    }
+
+    /**
+     * Consume-transform-produce: a read_committed consumer in `group` reads the input (two
+     * partitions of five records), the producer writes each value upper-cased and sends the
+     * consumer's positions with its groupMetadata(); the group's committed offsets (Admin) are
+     * recorded before and after the commit. A second round (three more records per partition)
+     * is aborted, and the offsets recorded again; last, what read_committed reads of the output.
+     */
+    private static void txnOffsets(String bootstrap, String input, String output, String group,
+                                   Map<String, Object> out) throws Exception {
+        createTopic(bootstrap, input, 2);
+        createTopic(bootstrap, output, 1);
+        produceNumbered(bootstrap, input, 2, 5, "in");
+        Map<String, Object> offsets = new LinkedHashMap<>();
+        out.put("offsets", offsets);
+        try (KafkaConsumer<byte[], byte[]> consumer = consumer(bootstrap, Map.of(
+                     "group.id", group, "group.protocol", "classic",
+                     "isolation.level", "read_committed", "session.timeout.ms", "10000"));
+             KafkaProducer<byte[], byte[]> producer = transactional(bootstrap, group + "-txn");
+             Admin admin = admin(bootstrap)) {
+            consumer.subscribe(List.of(input));
+            producer.initTransactions();
+            for (String round : List.of("commit", "abort")) {
+                if (round.equals("abort")) produceNumbered(bootstrap, input, 2, 3, "more");
+                int want = round.equals("commit") ? 10 : 6;
+                List<ConsumerRecord<byte[], byte[]>> got = new ArrayList<>();
+                long deadline = System.nanoTime() + WAIT.toNanos();
+                while (got.size() < want && System.nanoTime() < deadline) {
+                    for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
+                        got.add(r);
+                    }
+                }
+                offsets.put(round + "Consumed", got.size());
+                producer.beginTransaction();
+                Map<TopicPartition, OffsetAndMetadata> positions = new HashMap<>();
+                for (ConsumerRecord<byte[], byte[]> r : got) {
+                    producer.send(new ProducerRecord<>(output, 0, null, new String(
+                            r.value(), StandardCharsets.UTF_8).toUpperCase().getBytes(
+                            StandardCharsets.UTF_8)));
+                    positions.put(new TopicPartition(r.topic(), r.partition()),
+                                  new OffsetAndMetadata(r.offset() + 1));
+                }
+                producer.sendOffsetsToTransaction(positions, consumer.groupMetadata());
+                producer.flush();
+                offsets.put(round + "Before", groupOffsets(admin, group));
+                if (round.equals("commit")) {
+                    producer.commitTransaction();
+                    waitFor(() -> {
+                        try {
+                            return groupOffsets(admin, group).size() == 2;
+                        } catch (Exception e) {
+                            return false;
+                        }
+                    }, Duration.ofSeconds(10));
+                } else {
+                    producer.abortTransaction();
+                }
+                offsets.put(round + "After", groupOffsets(admin, group));
+            }
+            producer.beginTransaction();
+            producer.send(new ProducerRecord<>(output, 0, null,
+                                               "END".getBytes(StandardCharsets.UTF_8)));
+            producer.commitTransaction();
+        }
+        out.put("output", readUntil(bootstrap, new TopicPartition(output, 0), "read_committed",
+                                    "END"));
     }
 
     // -- admin -------------------------------------------------------------------------------
