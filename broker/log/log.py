@@ -17,6 +17,9 @@ Invariants:
 * ``producer_state`` reflects exactly the batches below the log end offset. A batch from an
   idempotent producer is judged against it before offsets are assigned: a duplicate or a
   rejected batch leaves the log (and the state) untouched.
+* Every aborted transaction whose ABORT marker is below the log end offset has its entry in
+  the transaction index of the segment holding the marker, written before the marker itself
+  (an entry without its marker is cut back, or dropped by the next load's rebuild).
 """
 
 from __future__ import annotations
@@ -39,19 +42,31 @@ from broker.log import disk
 from broker.log.dir_failure import KafkaStorageError, LogDirFailureChannel
 from broker.log.index import IndexCorruptError
 from broker.log.producer_state import (
+    NO_SEQUENCE,
     BatchMetadata,
     ProducerStateManager,
     increment_sequence,
 )
 from broker.log.recovery import recover_segment, recover_segments
 from broker.log.segment import INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, LogSegment
+from broker.log.txn_index import (
+    TXN_INDEX_FILE_SUFFIX,
+    AbortedTxn,
+    TransactionIndex,
+    TxnIndexCorruptError,
+)
 from broker.log.validator import TOPIC_CODECS, LogValidator, compression_level_problem
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import (
-    LAST_OFFSET_DELTA_OFFSET,
+    ATTRIBUTES_OFFSET,
+    CONTROL_ABORT,
+    CONTROL_MASK,
+    TRANSACTIONAL_MASK,
     CorruptRecordError,
     RecordBatchError,
     assign_offsets,
+    build_end_txn_marker,
+    read_end_txn_marker,
     validate_produce_records,
 )
 
@@ -71,11 +86,11 @@ LONG_MAX = 2**63 - 1
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
 _LEFTOVER_SUFFIXES = (".deleted", ".cleaned", ".swap", ".tmp")
-_SEGMENT_NAME = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+_SEGMENT_NAME = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)$")
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
-# From lastOffsetDelta (23): lastOffsetDelta, baseTimestamp, maxTimestamp, producerId,
+# From attributes (21): attributes, lastOffsetDelta, baseTimestamp, maxTimestamp, producerId,
 # producerEpoch, baseSequence: what producer state needs, in one unpack per batch.
-_PRODUCER_FIELDS = struct.Struct(">i8xqqhi")
+_PRODUCER_FIELDS = struct.Struct(">hi8xqqhi")
 _INT64 = struct.Struct(">q")
 
 
@@ -258,6 +273,8 @@ class Log:
         self._closed = False
         self._unsynced_snapshots: list[Path] = []  # written at roll, fsynced by the next flush
         self.producer_state = ProducerStateManager(self.dir, topic, partition)
+        #: a transaction index failed its check at load: rebuild them all from the log start.
+        self._rebuild_txn_indexes = False
         self._load(clean_shutdown, recovery_point, log_start_offset, now_ms)
 
     @classmethod
@@ -336,12 +353,19 @@ class Log:
             self.recovery_point = max(min(recovery_point, self._next_offset), self.log_start_offset)
         # After a clean shutdown the last snapshot is at the log end offset: nothing to scan.
         # After a crash only data below the recovery point is known to be on disk, and with it
-        # the snapshots of that data.
+        # the snapshots of that data. The scan also rebuilds the transaction indexes from
+        # where it starts, so a damaged one makes it start at the log start offset.
+        if self._rebuild_txn_indexes:
+            load_limit = self.log_start_offset
+        elif clean_shutdown:
+            load_limit = self._next_offset
+        else:
+            load_limit = self.recovery_point
         self.producer_state.load(
             self.segments,
             self.log_start_offset,
             self._next_offset,
-            self._next_offset if clean_shutdown else self.recovery_point,
+            load_limit,
             recovery_point=self.recovery_point,
         )
 
@@ -350,6 +374,21 @@ class Log:
 
     def _open_segment(self, base: int, now_ms: int | None) -> LogSegment:
         """Open a segment; indexes that are missing or fail the sanity check are rebuilt."""
+        txn_index_path = self.dir / f"{base:020d}{TXN_INDEX_FILE_SUFFIX}"
+        if txn_index_path.exists():
+            try:
+                txn_index = TransactionIndex(txn_index_path, base)
+                try:
+                    txn_index.sanity_check()
+                finally:
+                    txn_index.close()
+            except TxnIndexCorruptError as e:
+                logger.warning(
+                    "rebuilding transaction indexes", dir=str(self.dir), base_offset=base,
+                    reason=str(e),
+                )
+                txn_index_path.unlink()
+                self._rebuild_txn_indexes = True
         index_missing = (
             not (self.dir / f"{base:020d}{INDEX_FILE_SUFFIX}").exists()
             or not (self.dir / f"{base:020d}{TIME_INDEX_FILE_SUFFIX}").exists()
@@ -442,45 +481,70 @@ class Log:
         when the topic's ``compression.type`` says so. ``leader_epoch`` is stamped into each
         batch as a Kafka leader does. KafkaStorageError when the dir is offline or the write
         fails (which takes it offline); the log is then as it was before the call.
+
+        ``origin`` is Kafka's AppendOrigin: a CLIENT may not write control batches and its
+        idempotent batches need a sequence; a COORDINATOR may write end-transaction markers
+        and batches without a sequence (their sequences are not checked, their epochs are).
+        A transactional batch opens its producer's transaction; a marker completes it, and an
+        ABORT marker's transaction goes into the segment's transaction index.
         """
         if self.log_dir in self._offline_dirs:
             raise self._offline_error()
         config = self.config
+        client = origin is AppendOrigin.CLIENT
         if isinstance(records, bytes) or (isinstance(records, memoryview) and records.readonly):
             records = bytearray(records)  # offsets are written in place: needs a copy
-        info = validate_produce_records(
-            records, config.max_message_bytes, client=origin is AppendOrigin.CLIENT
-        )
-        # Record-level rules and recompression (Kafka's LogValidator); headers only unless
-        # the topic's rules need the records.
-        records, info = self._validator.validate(records, info, now_ms)
+        info = validate_produce_records(records, config.max_message_bytes, client=client)
+        # Producer state first (Kafka's analyzeAndValidateProducerState): header fields only,
+        # one unpack and one dict lookup per batch of an idempotent producer; records are
+        # decoded only for the one record of an end-transaction marker.
+        producer_state = self.producer_state
+        producer_batches: list[tuple[int, int, int, int, int, bool]] = []
+        marker: tuple[int, int, int, int, bool] | None = None  # pos, pid, epoch, coord, abort
+        is_control = False
+        for pos in info.positions:
+            attributes, delta, _ts, pid, epoch, first_seq = _PRODUCER_FIELDS.unpack_from(
+                records, pos + ATTRIBUTES_OFFSET
+            )
+            if attributes & CONTROL_MASK:
+                is_control = True
+                if pid < 0:
+                    continue
+                control_type, coordinator_epoch = read_end_txn_marker(records, pos)
+                producer_state.check_end_txn_marker(pid, epoch, coordinator_epoch)
+                marker = (pos, pid, epoch, coordinator_epoch, control_type == CONTROL_ABORT)
+                continue
+            if pid < 0:
+                continue
+            transactional = bool(attributes & TRANSACTIONAL_MASK)
+            if first_seq < 0:
+                last_seq = NO_SEQUENCE  # a coordinator's batch (validation refused clients')
+            else:
+                last_seq = increment_sequence(first_seq, delta)
+            # An earlier batch of this producer in the same append is what this one must
+            # follow (Kafka's updatedEntry); only appends of several batches have one.
+            pending = None
+            for _pos, p_pid, p_epoch, _first, p_last, _txn in reversed(producer_batches):
+                if p_pid == pid:
+                    pending = (p_epoch, p_last)
+                    break
+            duplicate = producer_state.check(
+                pid, epoch, first_seq, last_seq, pending, transactional=transactional,
+                client=client,
+            )
+            if duplicate is not None:
+                return self._duplicate_info(duplicate)
+            producer_batches.append((pos, pid, epoch, first_seq, last_seq, transactional))
+        if not is_control:
+            # Record-level rules and recompression (Kafka's LogValidator); headers only
+            # unless the topic's rules need the records. Control batches are written as the
+            # coordinator built them.
+            records, info = self._validator.validate(records, info, now_ms)
         if info.size_in_bytes > config.segment_bytes:
             raise RecordBatchTooLargeError(
                 f"message batch size is {info.size_in_bytes} bytes which exceeds the maximum "
                 f"configured segment size of {config.segment_bytes}"
             )
-        # Producer state first (Kafka's analyzeAndValidateProducerState): header fields only,
-        # one unpack and one dict lookup per batch of an idempotent producer.
-        producer_state = self.producer_state
-        producer_batches: list[tuple[int, int, int, int, int]] = []
-        for pos in info.positions:
-            delta, _ts, pid, epoch, first_seq = _PRODUCER_FIELDS.unpack_from(
-                records, pos + LAST_OFFSET_DELTA_OFFSET
-            )
-            if pid < 0:
-                continue
-            last_seq = increment_sequence(first_seq, delta)
-            # An earlier batch of this producer in the same append is what this one must
-            # follow (Kafka's updatedEntry); only appends of several batches have one.
-            pending = None
-            for _pos, p_pid, p_epoch, _first, p_last in reversed(producer_batches):
-                if p_pid == pid:
-                    pending = (p_epoch, p_last)
-                    break
-            duplicate = producer_state.check(pid, epoch, first_seq, last_seq, pending)
-            if duplicate is not None:
-                return self._duplicate_info(duplicate)
-            producer_batches.append((pos, pid, epoch, first_seq, last_seq))
         first_offset = self._next_offset
         log_append_time = now_ms if config.message_timestamp_type == LOG_APPEND_TIME else None
         last_offset = assign_offsets(
@@ -492,23 +556,46 @@ class Log:
         else:
             max_timestamp = info.max_timestamp
             offset_of_max_timestamp = first_offset + info.offset_delta_of_max_timestamp
+        completed = None
         try:
             segment = self._maybe_roll(info.size_in_bytes, max_timestamp, last_offset, now_ms)
-            segment.append(last_offset, max_timestamp, offset_of_max_timestamp, records)
+            if marker is not None:
+                completed = producer_state.completed_txn(marker[1], first_offset, marker[4])
+                if completed is not None and completed.is_aborted:
+                    # Kafka's updateTxnIndex, with the LSO before the transaction completes.
+                    segment.txn_index.append(
+                        AbortedTxn(
+                            completed.producer_id,
+                            completed.first_offset,
+                            completed.last_offset,
+                            producer_state.last_stable_offset(completed),
+                        )
+                    )
+            try:
+                segment.append(last_offset, max_timestamp, offset_of_max_timestamp, records)
+            except OSError:
+                if completed is not None and completed.is_aborted:
+                    _quietly(segment.txn_index.truncate_to, first_offset)
+                raise
         except OSError as e:
             raise self._dir_failed("appending to", e) from e
         self._next_offset = last_offset + 1
-        if producer_batches:
-            for pos, pid, epoch, first_seq, last_seq in producer_batches:
-                delta, batch_max_ts = _PRODUCER_FIELDS.unpack_from(
-                    records, pos + LAST_OFFSET_DELTA_OFFSET
-                )[:2]
-                base = _INT64.unpack_from(records, pos)[0]
-                producer_state.update(
-                    pid,
-                    epoch,
-                    BatchMetadata(first_seq, last_seq, base, base + delta, batch_max_ts),
-                )
+        for pos, pid, epoch, first_seq, last_seq, transactional in producer_batches:
+            delta, batch_max_ts = _PRODUCER_FIELDS.unpack_from(records, pos + ATTRIBUTES_OFFSET)[
+                1:3
+            ]
+            base = _INT64.unpack_from(records, pos)[0]
+            producer_state.update(
+                pid,
+                epoch,
+                BatchMetadata(first_seq, last_seq, base, base + delta, batch_max_ts),
+                transactional,
+            )
+        if marker is not None:
+            marker_ts = _PRODUCER_FIELDS.unpack_from(records, marker[0] + ATTRIBUTES_OFFSET)[2]
+            producer_state.update_end_txn_marker(
+                marker[1], marker[2], marker[3], first_offset, marker_ts
+            )
         producer_state.map_end_offset = self._next_offset
         return AppendInfo(
             first_offset=first_offset,
@@ -519,6 +606,61 @@ class Log:
             size=info.size_in_bytes,
             offset_of_max_timestamp=offset_of_max_timestamp,
         )
+
+    def append_end_txn_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        now_ms: int,
+        *,
+        leader_epoch: int = 0,
+    ) -> AppendInfo:
+        """Append a COMMIT or ABORT marker for the producer's transaction (Kafka's
+        appendAsLeader with AppendOrigin.COORDINATOR, as WriteTxnMarkers does).
+
+        INVALID_PRODUCER_EPOCH for an older producer epoch, TRANSACTION_COORDINATOR_FENCED for
+        an older coordinator epoch than the producer's last marker. A marker for a producer
+        without an open transaction is written all the same, as Kafka does.
+        """
+        marker = build_end_txn_marker(
+            producer_id, producer_epoch, coordinator_epoch, commit, now_ms
+        )
+        return self.append(
+            marker, now_ms, leader_epoch=leader_epoch, origin=AppendOrigin.COORDINATOR
+        )
+
+    # -- transactions -----------------------------------------------------------------------------
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the earliest open transaction, None when none is open.
+
+        Never below the log start offset: retention may have taken the transaction's first
+        batches (Kafka moves its first unstable offset up the same way).
+        """
+        first = self.producer_state.first_unstable_offset
+        if first is None:
+            return None
+        return max(first, self.log_start_offset)
+
+    def collect_aborted_transactions(
+        self, start_offset: int, upper_bound_offset: int
+    ) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [start_offset, upper_bound_offset), from the
+        transaction indexes of the segment holding ``start_offset`` on (Kafka's
+        collectAbortedTransactions): the search stops at the first entry whose last stable
+        offset reaches the bound, since no transaction aborted later can start below it."""
+        segments = self.segments
+        i = max(bisect_right(self._bases, start_offset) - 1, 0)
+        out: list[AbortedTxn] = []
+        while i < len(segments):
+            result = segments[i].txn_index.collect(start_offset, upper_bound_offset)
+            out.extend(result.aborted)
+            if result.complete:
+                break
+            i += 1
+        return out
 
     def _duplicate_info(self, batch: BatchMetadata) -> AppendInfo:
         """The answer to a retried batch: its original offsets, nothing appended."""
@@ -847,6 +989,14 @@ class Log:
         self._validator = LogValidator(config, f"{self.topic}-{self.partition}")
         for seg in self.segments:
             seg.index_interval_bytes = config.index_interval_bytes
+
+
+def _quietly(undo: Callable[[int], None], arg: int) -> None:
+    """Best-effort undo after a failed write: the dir goes offline anyway."""
+    try:
+        undo(arg)
+    except OSError:
+        pass
 
 
 def _fsync_files(paths: list[Path]) -> None:

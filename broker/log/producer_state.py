@@ -1,25 +1,34 @@
-"""Producer state of one partition: what each idempotent producer last wrote (Kafka's
-ProducerStateManager, ProducerStateEntry, BatchMetadata and ProducerAppendInfo, without
-transactions).
+"""Producer state of one partition: what each idempotent or transactional producer last wrote
+(Kafka's ProducerStateManager, ProducerStateEntry, BatchMetadata, ProducerAppendInfo, TxnMetadata
+and CompletedTxn).
 
 Invariants:
 
-* ``producers`` maps a producer id to its epoch and the metadata of its last
-  ``NUM_BATCHES_TO_RETAIN`` (5) batches in this partition, oldest first. An entry always holds
-  at least one batch; a producer with none is simply absent ("unknown").
+* ``producers`` maps a producer id to its epoch, coordinator epoch, the first offset of its
+  open transaction (-1 when none) and the metadata of its last ``NUM_BATCHES_TO_RETAIN`` (5)
+  batches in this partition, oldest first. An entry may hold no batch: an end-transaction
+  marker alone (a marker with a bumped epoch drops the older epoch's batches, as Kafka).
+* ``ongoing_txns`` maps the first offset of each open transaction to its producer id, in
+  offset order (transactions open in offset order on append and in a rebuild scan; a snapshot
+  load sorts them). Its first key is Kafka's first undecided offset.
 * ``map_end_offset`` is the log offset the state reflects: every batch below it has been
   applied, none at or above it. The Log keeps it equal to its log end offset.
 * A snapshot file ``<offset>.snapshot`` holds the state at exactly ``offset`` (its name). It is
   written to a temporary file and renamed, and carries a CRC, so a reader sees a whole file or
   rejects it.
-* Only batch headers are read: producer id, epoch, base sequence, last offset delta, offsets and
-  max timestamp. Records are never decoded, here or in the rebuild scan.
+* Only batch headers are read: producer id, epoch, base sequence, last offset delta, offsets,
+  max timestamp and attributes. Records are never decoded, here or in the rebuild scan, except
+  the one record of an end-transaction marker.
 
 The checks are Kafka's (ProducerAppendInfo.checkProducerEpoch / checkSequence and
 ProducerStateEntry.findDuplicateBatch) for appends from clients: a batch matching one of the
 last five of the same epoch is a duplicate; an older epoch is fenced; a new epoch starts at
 sequence 0; otherwise the first sequence must follow the last one (wrapping after Int32.MAX);
-a producer unknown to the partition may start anywhere.
+a producer unknown to the partition may start anywhere. Transactions add Kafka's rules: a
+non-transactional batch while the producer's transaction is open is INVALID_TXN_STATE; a
+marker from an older producer epoch is INVALID_PRODUCER_EPOCH and one from an older coordinator
+epoch TRANSACTION_COORDINATOR_FENCED. Batches the group coordinator writes (sequence -1) skip
+the sequence checks but not the epoch check (AppendOrigin.COORDINATOR).
 """
 
 from __future__ import annotations
@@ -36,19 +45,25 @@ import structlog
 from crc32c import crc32c
 
 from broker.log.disk import atomic_write
+from broker.log.txn_index import AbortedTxn
 from protocol.errors import ErrorCode, KafkaError
+from protocol.record_batch import CONTROL_ABORT, InvalidRecordError, read_end_txn_marker
 
 if TYPE_CHECKING:
     from broker.log.segment import LogSegment
+    from protocol.record_batch import BatchHeader
 
 __all__ = [
     "NUM_BATCHES_TO_RETAIN",
     "SNAPSHOT_FILE_SUFFIX",
     "BatchMetadata",
+    "CompletedTxn",
     "ProducerStateEntry",
     "ProducerStateManager",
     "InvalidProducerEpochError",
     "OutOfOrderSequenceError",
+    "InvalidTxnStateError",
+    "TransactionCoordinatorFencedError",
     "CorruptSnapshotError",
     "increment_sequence",
     "in_sequence",
@@ -67,15 +82,24 @@ SNAPSHOT_FILE_SUFFIX = ".snapshot"
 # batches per producer so duplicates of any in-flight batch are still found after a restart.
 #   magic "MBPS" | version int16 | crc32c uint32 (of everything after it)
 #   offset int64 | producer count int32
-#   per producer: id int64 | epoch int16 | last timestamp int64 | batch count int8
+#   per producer, version 2: id int64 | epoch int16 | last timestamp int64
+#     | coordinator epoch int32 | current txn first offset int64 (-1: none)
+#     | last offset int64 | batch count int8 (0 to 5)
+#   per producer, version 1 (still read): id int64 | epoch int16 | last timestamp int64
+#     | batch count int8 (1 to 5)
 #     per batch: first seq int32 | last seq int32 | first offset int64 | last offset int64
 #                | max timestamp int64
+# Version 2 adds what Kafka's snapshot carries for transactions (CoordinatorEpoch,
+# CurrentTxnFirstOffset) and the offset of the producer's last write, which a marker-only
+# entry has no batch to give.
 _MAGIC = b"MBPS"
-_VERSION = 1
+_VERSION = 2
 _PREFIX = struct.Struct(">4shI")
 _HEAD = struct.Struct(">qi")
-_ENTRY = struct.Struct(">qhqb")
+_ENTRY_V1 = struct.Struct(">qhqb")
+_ENTRY = struct.Struct(">qhqiqqb")
 _BATCH = struct.Struct(">iiqqq")
+NO_SEQUENCE = -1
 
 
 def snapshot_file_name(offset: int) -> str:
@@ -109,6 +133,31 @@ class OutOfOrderSequenceError(KafkaError):
         super().__init__(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, message)
 
 
+class InvalidTxnStateError(KafkaError):
+    """A non-transactional write while the producer's transaction is open (INVALID_TXN_STATE),
+    as Kafka's ProducerAppendInfo.appendDataBatch refuses it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.INVALID_TXN_STATE, message)
+
+
+class TransactionCoordinatorFencedError(KafkaError):
+    """A marker from an older coordinator epoch than the producer's last marker
+    (TRANSACTION_COORDINATOR_FENCED): a zombie coordinator."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.TRANSACTION_COORDINATOR_FENCED, message)
+
+
+class CompletedTxn(NamedTuple):
+    """A transaction ended by a marker at ``last_offset`` (Kafka's CompletedTxn)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+
+
 class CorruptSnapshotError(Exception):
     """A snapshot file that is short, of another format, or fails its CRC."""
 
@@ -124,32 +173,64 @@ class BatchMetadata(NamedTuple):
 
 
 class ProducerStateEntry:
-    """A producer's epoch and its last batches in this partition, oldest first."""
+    """A producer's epochs, open transaction and last batches in this partition, oldest first.
 
-    __slots__ = ("producer_id", "producer_epoch", "batches", "last_timestamp")
+    ``current_txn_first_offset`` is -1 when no transaction is open and ``coordinator_epoch``
+    -1 until the first marker (Kafka's defaults); ``last_offset`` is the offset of the
+    producer's last batch or marker here, which retention compares to the log start offset.
+    """
 
-    def __init__(self, producer_id: int, producer_epoch: int) -> None:
+    __slots__ = (
+        "producer_id",
+        "producer_epoch",
+        "batches",
+        "last_timestamp",
+        "coordinator_epoch",
+        "current_txn_first_offset",
+        "last_offset",
+    )
+
+    def __init__(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        *,
+        coordinator_epoch: int = -1,
+        current_txn_first_offset: int = -1,
+    ) -> None:
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.batches: deque[BatchMetadata] = deque(maxlen=NUM_BATCHES_TO_RETAIN)
         self.last_timestamp = -1
+        self.coordinator_epoch = coordinator_epoch
+        self.current_txn_first_offset = current_txn_first_offset
+        self.last_offset = -1
 
     @property
     def last_seq(self) -> int:
-        return self.batches[-1].last_seq
+        """The last sequence written, -1 (Kafka's NO_SEQUENCE) when no batch is retained."""
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
 
-    @property
-    def last_offset(self) -> int:
-        """The last offset the producer wrote here: retention compares it to the log start."""
-        return self.batches[-1].last_offset
-
-    def add_batch(self, producer_epoch: int, batch: BatchMetadata) -> None:
-        """Kafka's addBatch: a different epoch drops the old epoch's batches first."""
+    def _maybe_update_epoch(self, producer_epoch: int) -> None:
+        """Kafka's maybeUpdateProducerEpoch: a different epoch drops the old one's batches."""
         if producer_epoch != self.producer_epoch:
             self.batches.clear()
             self.producer_epoch = producer_epoch
+
+    def add_batch(self, producer_epoch: int, batch: BatchMetadata) -> None:
+        """Kafka's addBatch: a different epoch drops the old epoch's batches first."""
+        self._maybe_update_epoch(producer_epoch)
         self.batches.append(batch)  # maxlen drops the oldest
         self.last_timestamp = batch.timestamp
+        self.last_offset = batch.last_offset
+
+    def end_txn(self, producer_epoch: int, coordinator_epoch: int, offset: int, ts: int) -> None:
+        """Kafka's update after an end-transaction marker: no transaction open any more."""
+        self._maybe_update_epoch(producer_epoch)
+        self.coordinator_epoch = coordinator_epoch
+        self.current_txn_first_offset = -1
+        self.last_timestamp = ts
+        self.last_offset = offset
 
     def find_duplicate(self, first_seq: int, last_seq: int) -> BatchMetadata | None:
         """The retained batch with exactly this sequence range (caller checked the epoch)."""
@@ -161,6 +242,8 @@ class ProducerStateEntry:
     def __repr__(self) -> str:
         return (
             f"ProducerStateEntry(id={self.producer_id}, epoch={self.producer_epoch}, "
+            f"coordinator_epoch={self.coordinator_epoch}, "
+            f"current_txn_first_offset={self.current_txn_first_offset}, "
             f"batches={list(self.batches)})"
         )
 
@@ -177,6 +260,8 @@ class ProducerStateManager:
         self.topic = topic
         self.partition = partition
         self.producers: dict[int, ProducerStateEntry] = {}
+        #: first offset of each open transaction -> producer id, in offset order.
+        self.ongoing_txns: dict[int, int] = {}
         self.map_end_offset = 0
         self.last_snap_offset = 0
         self.snapshots: list[int] = []  # offsets of the snapshot files on disk, ascending
@@ -193,14 +278,24 @@ class ProducerStateManager:
         first_seq: int,
         last_seq: int,
         pending: tuple[int, int] | None = None,
+        *,
+        transactional: bool = False,
+        client: bool = True,
     ) -> BatchMetadata | None:
-        """Judge a client batch before it is appended: its original metadata if it is a
+        """Judge a data batch before it is appended: its original metadata if it is a
         duplicate, None if it may be appended; raises with Kafka's error code otherwise.
 
         ``pending`` is ``(epoch, last_seq)`` of an earlier batch of the same producer in the
-        same append (Kafka's updatedEntry), which the next batch must follow.
+        same append (Kafka's updatedEntry), which the next batch must follow. ``client=False``
+        (a coordinator's append) checks only the epoch and the transaction state, as Kafka's
+        maybeValidateDataBatch does for AppendOrigin.COORDINATOR.
         """
         entry = self.producers.get(producer_id)
+        if not client:
+            if entry is not None:
+                self._check_epoch(producer_id, epoch, entry.producer_epoch)
+                self._check_txn_state(entry, producer_id, transactional)
+            return None
         if entry is not None and entry.producer_epoch == epoch:
             duplicate = entry.find_duplicate(first_seq, last_seq)
             if duplicate is not None:
@@ -211,11 +306,7 @@ class ProducerStateManager:
             current_epoch, current_last_seq = entry.producer_epoch, entry.last_seq
         else:
             return None  # unknown producer: any epoch, any sequence
-        if epoch < current_epoch:
-            raise InvalidProducerEpochError(
-                f"epoch of producer {producer_id} in {self._name()} is {epoch}, which is "
-                f"smaller than the last seen epoch {current_epoch}"
-            )
+        self._check_epoch(producer_id, epoch, current_epoch)
         if epoch != current_epoch:
             if first_seq != 0:
                 raise OutOfOrderSequenceError(
@@ -229,14 +320,106 @@ class ProducerStateManager:
                 f"{first_seq} (incoming seq. number), {current_last_seq} (current end "
                 "sequence number)"
             )
+        if entry is not None:
+            self._check_txn_state(entry, producer_id, transactional)
         return None
 
-    def update(self, producer_id: int, epoch: int, batch: BatchMetadata) -> None:
-        """Record an appended batch (also used, unchecked, when rebuilding from the log)."""
+    def _check_epoch(self, producer_id: int, epoch: int, current_epoch: int) -> None:
+        """Kafka's checkProducerEpoch (INVALID_PRODUCER_EPOCH), for data and markers."""
+        if epoch < current_epoch:
+            raise InvalidProducerEpochError(
+                f"epoch of producer {producer_id} in {self._name()} is {epoch}, which is "
+                f"smaller than the last seen epoch {current_epoch}"
+            )
+
+    def _check_txn_state(
+        self, entry: ProducerStateEntry, producer_id: int, transactional: bool
+    ) -> None:
+        if entry.current_txn_first_offset >= 0 and not transactional:
+            raise InvalidTxnStateError(
+                f"expected transactional write from producer {producer_id} in {self._name()}: "
+                f"its transaction is open since offset {entry.current_txn_first_offset}"
+            )
+
+    def check_end_txn_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> None:
+        """Judge an end-transaction marker before it is appended (Kafka's appendEndTxnMarker
+        checks): an older producer epoch is INVALID_PRODUCER_EPOCH, an older coordinator epoch
+        TRANSACTION_COORDINATOR_FENCED. A marker without an open transaction is accepted."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        self._check_epoch(producer_id, epoch, entry.producer_epoch)
+        if entry.coordinator_epoch > coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"invalid coordinator epoch for producer {producer_id} in {self._name()}: "
+                f"{coordinator_epoch} (zombie), {entry.coordinator_epoch} (current)"
+            )
+
+    def completed_txn(
+        self, producer_id: int, marker_offset: int, aborted: bool
+    ) -> CompletedTxn | None:
+        """The transaction a marker at ``marker_offset`` completes, None when the producer has
+        none open (Kafka's appendEndTxnMarker returns no CompletedTxn then)."""
+        entry = self.producers.get(producer_id)
+        if entry is None or entry.current_txn_first_offset < 0:
+            return None
+        return CompletedTxn(producer_id, entry.current_txn_first_offset, marker_offset, aborted)
+
+    def last_stable_offset(self, completed: CompletedTxn) -> int:
+        """Kafka's lastStableOffset(completedTxn), recorded with an aborted transaction: the
+        first offset of the earliest other open transaction, else the offset after the
+        marker. Called before ``complete_txn``."""
+        for first_offset, producer_id in self.ongoing_txns.items():
+            if producer_id != completed.producer_id:
+                return first_offset
+        return completed.last_offset + 1
+
+    def update_end_txn_marker(
+        self,
+        producer_id: int,
+        epoch: int,
+        coordinator_epoch: int,
+        offset: int,
+        timestamp: int,
+    ) -> CompletedTxn | None:
+        """Apply an appended marker (unchecked, also used by the rebuild scan): the producer's
+        epoch and coordinator epoch move to the marker's and its transaction, if one was
+        open, leaves ``ongoing_txns``. Returns that transaction."""
+        entry = self.producers.get(producer_id)
+        completed = None
+        if entry is None:
+            entry = self.producers[producer_id] = ProducerStateEntry(producer_id, epoch)
+        elif entry.current_txn_first_offset >= 0:
+            first = entry.current_txn_first_offset
+            completed = CompletedTxn(producer_id, first, offset, False)
+            self.ongoing_txns.pop(first, None)
+        entry.end_txn(epoch, coordinator_epoch, offset, timestamp)
+        return completed
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the earliest open transaction (Kafka's firstUndecidedOffset)."""
+        for first_offset in self.ongoing_txns:
+            return first_offset
+        return None
+
+    def active_producers(self) -> list[ProducerStateEntry]:
+        """Every producer the partition knows (DescribeProducers' activeProducers)."""
+        return list(self.producers.values())
+
+    def update(
+        self, producer_id: int, epoch: int, batch: BatchMetadata, transactional: bool = False
+    ) -> None:
+        """Record an appended batch (also used, unchecked, when rebuilding from the log); a
+        transactional batch opens the producer's transaction at its first offset unless one
+        is open (Kafka's appendDataBatch)."""
         entry = self.producers.get(producer_id)
         if entry is None:
             entry = self.producers[producer_id] = ProducerStateEntry(producer_id, epoch)
         entry.add_batch(epoch, batch)
+        if transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = batch.first_offset
+            self.ongoing_txns[batch.first_offset] = producer_id
 
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
         return self.producers.get(producer_id)
@@ -252,9 +435,14 @@ class ProducerStateManager:
 
         This is Kafka's rule up to 2.3 (ProducerStateManager.truncateHead). Kafka 2.4+ (KIP-360)
         keeps such producers until ``producer.id.expiration.ms`` instead; here they simply
-        become unknown, so their next batch is accepted with any sequence.
+        become unknown, so their next batch is accepted with any sequence. A producer with an
+        open transaction is kept whatever its offsets: its marker is still to come.
         """
-        gone = [pid for pid, e in self.producers.items() if e.last_offset < log_start_offset]
+        gone = [
+            pid
+            for pid, e in self.producers.items()
+            if e.last_offset < log_start_offset and e.current_txn_first_offset < 0
+        ]
         for pid in gone:
             del self.producers[pid]
         if self.map_end_offset < log_start_offset:
@@ -343,8 +531,15 @@ class ProducerStateManager:
         was written: nothing is scanned. After a crash it is the recovery point, below which
         the data (and hence any snapshot of it) was fsynced. Snapshots outside
         [log start, log end] describe data that is gone and are deleted.
+
+        The scan applies transactional batches and markers exactly as appends do, and rebuilds
+        the transaction index from where it starts: each segment's entries for markers at or
+        above the scan's start are cut and written again (Kafka's LogSegment.recover rebuilds
+        it from the producer state the same way), so a crash leaves neither a missing abort
+        nor one of a marker that did not survive.
         """
         self.producers.clear()
+        self.ongoing_txns.clear()
         self.scanned_batches = 0
         self.snapshots = self._list_snapshots()
         for offset in [s for s in self.snapshots if s > log_end_offset or s < log_start_offset]:
@@ -362,13 +557,17 @@ class ProducerStateManager:
                 self._delete_snapshot(offset)
                 continue
             for entry in entries:
-                if entry.last_offset >= log_start_offset:
-                    self.producers[entry.producer_id] = entry
+                if entry.last_offset >= log_start_offset or entry.current_txn_first_offset >= 0:
+                    self._load_entry(entry)
             start = offset
             loaded_snapshot = True
             break
         self.loaded_from = start
         if start < log_end_offset:
+            for i, seg in enumerate(segments):
+                next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
+                if next_base is None or next_base > start:
+                    seg.txn_index.truncate_to(start)
             self.scanned_batches = self._scan(segments, start, log_end_offset)
             logger.info(
                 "rebuilt producer state from the log",
@@ -388,23 +587,59 @@ class ProducerStateManager:
         else:
             self.retain_snapshots(recovery_point)
 
+    def _load_entry(self, entry: ProducerStateEntry) -> None:
+        """Kafka's loadProducerEntry: the producer, and its open transaction if any."""
+        self.producers[entry.producer_id] = entry
+        if entry.current_txn_first_offset >= 0:
+            self.ongoing_txns[entry.current_txn_first_offset] = entry.producer_id
+            if len(self.ongoing_txns) > 1:
+                self.ongoing_txns = dict(sorted(self.ongoing_txns.items()))
+
     def _scan(self, segments: list[LogSegment], start: int, end: int) -> int:
-        """Apply every producer batch in [start, end) from the segments' headers."""
+        """Apply every producer batch and marker in [start, end) from the segments' headers
+        (and the one record of each marker); aborted transactions go into the index of the
+        segment holding their marker."""
         count = 0
-        for base_offset, last_offset, pid, epoch, base_seq, delta, max_ts in _iter_producer_batches(
-            segments, start, end
-        ):
+        for seg, pos, h in _iter_producer_batches(segments, start, end):
             count += 1
+            pid = h.producer_id
             if pid < 0:
                 continue
+            base_offset = h.base_offset
+            if h.is_control:
+                self._scan_marker(seg, pos, h.size_in_bytes, pid, h.producer_epoch,
+                                  base_offset, h.max_timestamp)
+                continue
+            base_seq = h.base_sequence
+            delta = h.last_offset_delta
+            last_seq = NO_SEQUENCE if base_seq < 0 else increment_sequence(base_seq, delta)
             self.update(
                 pid,
-                epoch,
-                BatchMetadata(
-                    base_seq, increment_sequence(base_seq, delta), base_offset, last_offset, max_ts
-                ),
+                h.producer_epoch,
+                BatchMetadata(base_seq, last_seq, base_offset, base_offset + delta,
+                              h.max_timestamp),
+                h.is_transactional,
             )
         return count
+
+    def _scan_marker(
+        self, seg: LogSegment, pos: int, size: int, pid: int, epoch: int, offset: int, ts: int
+    ) -> None:
+        try:
+            control_type, coordinator_epoch = read_end_txn_marker(seg.read_bytes(pos, size), 0)
+        except InvalidRecordError as e:
+            # Kafka skips control records that are not transaction markers the same way.
+            logger.warning("skipping a control batch that is not an end-transaction marker",
+                           topic=self.topic, partition=self.partition, offset=offset,
+                           reason=str(e))
+            return
+        completed = self.completed_txn(pid, offset, control_type == CONTROL_ABORT)
+        if completed is not None and completed.is_aborted:
+            lso = self.last_stable_offset(completed)
+            seg.txn_index.append(
+                AbortedTxn(pid, completed.first_offset, completed.last_offset, lso)
+            )
+        self.update_end_txn_marker(pid, epoch, coordinator_epoch, offset, ts)
 
     def _name(self) -> str:
         return f"{self.topic}-{self.partition}"
@@ -412,9 +647,9 @@ class ProducerStateManager:
 
 def _iter_producer_batches(
     segments: list[LogSegment], start: int, end: int
-) -> Iterator[tuple[int, int, int, int, int, int, int]]:
-    """``(base offset, last offset, producer id, epoch, base sequence, last offset delta,
-    max timestamp)`` of each batch ending at or after ``start`` and starting below ``end``."""
+) -> Iterator[tuple[LogSegment, int, BatchHeader]]:
+    """``(segment, position, header)`` of each batch ending at or after ``start`` and starting
+    below ``end``; the header is valid until the next iteration."""
     for i, seg in enumerate(segments):
         next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
         if next_base is not None and next_base <= start:
@@ -431,15 +666,7 @@ def _iter_producer_batches(
             last = base + h.last_offset_delta
             if last < start:
                 continue
-            yield (
-                base,
-                last,
-                h.producer_id,
-                h.producer_epoch,
-                h.base_sequence,
-                h.last_offset_delta,
-                h.max_timestamp,
-            )
+            yield seg, _pos, h
 
 
 def write_snapshot(
@@ -449,10 +676,18 @@ def write_snapshot(
     parts = [b""]
     count = 0
     for e in entries:
-        if not e.batches:
-            continue
         count += 1
-        parts.append(_ENTRY.pack(e.producer_id, e.producer_epoch, e.last_timestamp, len(e.batches)))
+        parts.append(
+            _ENTRY.pack(
+                e.producer_id,
+                e.producer_epoch,
+                e.last_timestamp,
+                e.coordinator_epoch,
+                e.current_txn_first_offset,
+                e.last_offset,
+                len(e.batches),
+            )
+        )
         for b in e.batches:
             parts.append(_BATCH.pack(*b))
     parts[0] = _HEAD.pack(offset, count)
@@ -461,12 +696,13 @@ def write_snapshot(
 
 
 def read_snapshot(path: Path, expected_offset: int | None = None) -> list[ProducerStateEntry]:
-    """Parse a snapshot file; CorruptSnapshotError if it is not whole and ours."""
+    """Parse a snapshot file (version 2, or 1 as written before transactions);
+    CorruptSnapshotError if it is not whole and ours."""
     data = path.read_bytes()
     if len(data) < _PREFIX.size + _HEAD.size:
         raise CorruptSnapshotError(f"{path} is {len(data)} bytes, too short for a snapshot")
     magic, version, crc = _PREFIX.unpack_from(data, 0)
-    if magic != _MAGIC or version != _VERSION:
+    if magic != _MAGIC or version not in (1, _VERSION):
         raise CorruptSnapshotError(f"{path} has an unknown format ({magic!r}, version {version})")
     body = memoryview(data)[_PREFIX.size :]
     if crc32c(body) != crc:
@@ -478,15 +714,26 @@ def read_snapshot(path: Path, expected_offset: int | None = None) -> list[Produc
     entries: list[ProducerStateEntry] = []
     try:
         for _ in range(count):
-            pid, epoch, last_ts, n = _ENTRY.unpack_from(body, pos)
-            pos += _ENTRY.size
-            if not 0 < n <= NUM_BATCHES_TO_RETAIN:
+            if version == 1:
+                pid, epoch, last_ts, n = _ENTRY_V1.unpack_from(body, pos)
+                pos += _ENTRY_V1.size
+                coordinator_epoch, txn_first, last_offset, least = -1, -1, -1, 1
+            else:
+                pid, epoch, last_ts, coordinator_epoch, txn_first, last_offset, n = (
+                    _ENTRY.unpack_from(body, pos)
+                )
+                pos += _ENTRY.size
+                least = 0
+            if not least <= n <= NUM_BATCHES_TO_RETAIN:
                 raise CorruptSnapshotError(f"{path}: producer {pid} has {n} batches")
-            entry = ProducerStateEntry(pid, epoch)
+            entry = ProducerStateEntry(
+                pid, epoch, coordinator_epoch=coordinator_epoch, current_txn_first_offset=txn_first
+            )
             for _ in range(n):
                 entry.batches.append(BatchMetadata(*_BATCH.unpack_from(body, pos)))
                 pos += _BATCH.size
             entry.last_timestamp = last_ts
+            entry.last_offset = entry.batches[-1].last_offset if version == 1 else last_offset
             entries.append(entry)
     except struct.error as e:
         raise CorruptSnapshotError(f"{path} is truncated: {e}") from None

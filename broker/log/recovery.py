@@ -11,6 +11,10 @@ Kafka's LogSegment.recover and LogLoader.recoverLog, reduced to what a v2-only l
   and every later segment is deleted: nothing after a hole can be trusted.
 * Indexes of recovered segments are rebuilt from scratch with the same spacing rule as the
   append path, and the segment's final max timestamp is written to the time index.
+* The transaction index loses the entries of markers that did not survive; the entries of
+  markers above the producer-state snapshot the load starts from are written again by the
+  producer-state rebuild, which knows where each aborted transaction began (Kafka's
+  LogSegment.recover rebuilds it from the producer state too).
 
 Segments below the recovery point were fsynced with their indexes and are trusted.
 """
@@ -69,6 +73,7 @@ def recover_segment(segment: LogSegment) -> int:
     except CorruptRecordError as e:
         reason = str(e)
     truncated = segment.truncate_to_position(valid_bytes)
+    segment.txn_index.truncate_to(expected_offset)
     if truncated and not reason:
         reason = "torn batch at the end of the file"
     if truncated:

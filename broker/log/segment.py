@@ -1,7 +1,9 @@
-"""LogSegment: one ``.log`` file of concatenated v2 batches plus its two sparse indexes.
+"""LogSegment: one ``.log`` file of concatenated v2 batches, its two sparse indexes and its
+transaction index.
 
 Files are named by the segment's base offset, 20 digits zero-padded (Kafka's names):
-``00000000000000000000.log``, ``.index``, ``.timeindex``. The ``.log`` file holds batches
+``00000000000000000000.log``, ``.index``, ``.timeindex``, and ``.txnindex`` once an aborted
+transaction's marker is written in the segment. The ``.log`` file holds batches
 exactly as validated and offset-stamped on append, so its bytes are what Kafka writes.
 
 All I/O is positional (``os.pread`` / ``os.pwrite`` on one fd): readers on the event loop and
@@ -24,6 +26,7 @@ import structlog
 from broker import wallclock
 from broker.log import disk
 from broker.log.index import OffsetIndex, TimeIndex
+from broker.log.txn_index import TXN_INDEX_FILE_SUFFIX, TransactionIndex
 from protocol.record_batch import (
     HEADER_SIZE_UP_TO_MAGIC,
     LENGTH_OFFSET,
@@ -42,6 +45,7 @@ __all__ = [
     "LOG_FILE_SUFFIX",
     "INDEX_FILE_SUFFIX",
     "TIME_INDEX_FILE_SUFFIX",
+    "TXN_INDEX_FILE_SUFFIX",
     "segment_file_name",
     "HEADER_SCAN_CHUNK",
 ]
@@ -87,11 +91,13 @@ class LogSegment:
         self.log_path = dir / segment_file_name(base_offset, LOG_FILE_SUFFIX)
         self.index_path = dir / segment_file_name(base_offset, INDEX_FILE_SUFFIX)
         self.time_index_path = dir / segment_file_name(base_offset, TIME_INDEX_FILE_SUFFIX)
+        self.txn_index_path = dir / segment_file_name(base_offset, TXN_INDEX_FILE_SUFFIX)
         self._fd = disk.open_file(self.log_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         self._size = os.fstat(self._fd).st_size
         try:
             self.offset_index = OffsetIndex(self.index_path, base_offset)
             self.time_index = TimeIndex(self.time_index_path, base_offset)
+            self.txn_index = TransactionIndex(self.txn_index_path, base_offset)
         except Exception:
             os.close(self._fd)
             raise
@@ -423,12 +429,16 @@ class LogSegment:
 
     # -- durability and lifecycle ---------------------------------------------------------------
     def dup_fds(self) -> list[int]:
-        """Private duplicates of the three fds, for an fsync that may outlive close()."""
+        """Private duplicates of the fds (the transaction index's once it has a file), for an
+        fsync that may outlive close()."""
         fds: list[int] = []
         try:
             fds.append(os.dup(self._fd))
             fds.append(self.offset_index.dup_fd())
             fds.append(self.time_index.dup_fd())
+            txn_fd = self.txn_index.dup_fd()
+            if txn_fd is not None:
+                fds.append(txn_fd)
         except OSError:
             for fd in fds:
                 os.close(fd)
@@ -436,10 +446,11 @@ class LogSegment:
         return fds
 
     def flush(self) -> None:
-        """fsync the log and both indexes (Kafka's LogSegment.flush)."""
+        """fsync the log and the indexes (Kafka's LogSegment.flush)."""
         disk.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         """Write the final time index entry and close the files (no fsync: see Log.close)."""
@@ -448,6 +459,7 @@ class LogSegment:
         self._append_final_time_index_entry()
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
         os.close(self._fd)
         self._fd = -1
 
@@ -458,11 +470,12 @@ class LogSegment:
             self._fd = -1
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
 
     def delete(self) -> None:
-        """Close and remove the segment's files."""
+        """Close and remove the segment's files, the transaction index with them."""
         self.close_quietly()
-        for path in (self.log_path, self.index_path, self.time_index_path):
+        for path in (self.log_path, self.index_path, self.time_index_path, self.txn_index_path):
             path.unlink(missing_ok=True)
 
 
