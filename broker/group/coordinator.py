@@ -4,6 +4,11 @@ Members join (JoinGroup), the rebalance waits in the join purgatory until all kn
 have rejoined, the leader's assignment is distributed (SyncGroup), and sessions are kept by
 heartbeats, each session a DelayedHeartbeat in the heartbeat purgatory. Group metadata and
 committed offsets are written to __consumer_offsets and answered once committed there.
+
+Transactional offset commits (KIP-98, KIP-447) are written at once as a transactional batch
+but stay pending, by producer id, until the transaction coordinator has the transaction's
+marker written to the group's partition and calls handle_txn_completion; only then do they
+become the group's committed offsets (commit) or vanish (abort).
 """
 
 from __future__ import annotations
@@ -75,14 +80,24 @@ class GroupCoordinator:
         self.store = store
         self._partition_exists = partition_exists
         self.rebalances: dict[str, int] = {}  # rebalances started per group (metrics)
+        # Kafka's openGroupsForProducer: the groups holding a producer's pending transactional
+        # offsets, so a marker finds them without scanning every group.
+        self.open_groups_for_producer: dict[int, set[str]] = {}
 
     def start(self) -> None:
         """Create the offsets topic if needed and rebuild every group from it."""
         self.store.ensure_topic()
         self.groups = self.store.load()
+        self.open_groups_for_producer.clear()
         for group in self.groups.values():
+            for producer_id in group.pending_txn_offset_commits:
+                self.open_groups_for_producer.setdefault(producer_id, set()).add(group.group_id)
             for member in group.members.values():
                 self._schedule_heartbeat(group, member)
+
+    def partition_for(self, group_id: str) -> int:
+        """The __consumer_offsets partition holding the group (AddOffsetsToTxn adds it)."""
+        return self.store.partition_for(group_id)
 
     # -- JoinGroup -------------------------------------------------------------------------------
     def join_group(
@@ -494,17 +509,152 @@ class GroupCoordinator:
                    accepted.items()]
         fut: asyncio.Future[dict[TopicPartition, ErrorCode]] = (
             asyncio.get_running_loop().create_future())
+        group.prepare_offset_commit(accepted)
 
-        def stored(f: asyncio.Future[ErrorCode]) -> None:
-            code = f.result()
-            if code == ErrorCode.NONE:
-                group.offsets.update(accepted)
-            else:
+        def stored(f: asyncio.Future[tuple[ErrorCode, int]]) -> None:
+            code, batch_offset = f.result()
+            if not group.is_(S.DEAD):
+                for tp, om in accepted.items():
+                    if code == ErrorCode.NONE:
+                        group.on_offset_commit_append(tp, om, batch_offset)
+                    else:
+                        group.fail_pending_offset_write(tp, om)
+            if code != ErrorCode.NONE:
                 code = _commit_error(code)
             fut.set_result({**results, **{tp: code for tp in accepted}})
 
-        self.store.write(group_id, records).add_done_callback(stored)
+        self.store.append(group_id, records).add_done_callback(stored)
         return fut
+
+    # -- transactional offsets (KIP-98, KIP-447) -------------------------------------------------
+    def commit_transactional_offsets(
+        self, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
+        group_instance_id: str | None, generation_id: int,
+        offsets: dict[TopicPartition, OffsetAndMetadata],
+    ) -> asyncio.Future[dict[TopicPartition, ErrorCode]]:
+        """TxnOffsetCommit: the offsets go to the log now, as one transactional batch of the
+        producer, and stay pending until the transaction's marker (Kafka's
+        handleTxnCommitOffsets and storeOffsets with a producer id).
+
+        A group that does not exist is created Empty, as Kafka does. Requests before v3 carry
+        no member id nor generation (-1, ""), so only v3+ are checked against the group.
+        Whether the offsets partition is in the producer's transaction is the caller's check.
+        """
+        fut: asyncio.Future[dict[TopicPartition, ErrorCode]] = (
+            asyncio.get_running_loop().create_future())
+        results: dict[TopicPartition, ErrorCode] = {}
+        known: dict[TopicPartition, OffsetAndMetadata] = {}
+        for tp, om in offsets.items():
+            if self._partition_exists(tp):
+                known[tp] = om
+            else:
+                results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if not known:
+            fut.set_result(results)
+            return fut
+        if not group_id:
+            fut.set_result({**results, **{tp: ErrorCode.INVALID_GROUP_ID for tp in known}})
+            return fut
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = GroupMetadata(group_id)
+        error = self._validate_offset_commit(group, generation_id, member_id, group_instance_id,
+                                             transactional=True)
+        if error is not None:
+            fut.set_result({**results, **{tp: error for tp in known}})
+            return fut
+        accepted: dict[TopicPartition, OffsetAndMetadata] = {}
+        for tp, om in known.items():
+            if len(om.metadata.encode()) > MAX_METADATA:
+                results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            else:
+                accepted[tp] = om
+        if not accepted:
+            fut.set_result(results)
+            return fut
+        self.open_groups_for_producer.setdefault(producer_id, set()).add(group_id)
+        group.prepare_txn_offset_commit(producer_id, accepted)
+        records = [(offset_key(group_id, t, p), offset_value(om)) for (t, p), om in
+                   accepted.items()]
+
+        def stored(f: asyncio.Future[tuple[ErrorCode, int]]) -> None:
+            code, batch_offset = f.result()
+            if not group.is_(S.DEAD):
+                for tp, om in accepted.items():
+                    if code == ErrorCode.NONE:
+                        group.on_txn_offset_commit_append(producer_id, tp, om, batch_offset)
+                    else:
+                        group.fail_pending_txn_offset_commit(producer_id, tp)
+                if code != ErrorCode.NONE and not group.has_pending_offset_commits_from_producer(
+                        producer_id):
+                    self._remove_producer_group(producer_id, group_id)
+            if code != ErrorCode.NONE:
+                log.info("transactional offset commit failed", group=group_id,
+                         producer_id=producer_id, error=code.name)
+                code = offset_commit_error(code)
+            fut.set_result({**results, **{tp: code for tp in accepted}})
+
+        self.store.append(group_id, records, producer_id=producer_id,
+                          producer_epoch=producer_epoch).add_done_callback(stored)
+        return fut
+
+    def handle_txn_completion(self, producer_id: int, offsets_partitions: Iterable[int],
+                              commit: bool) -> None:
+        """The transaction's marker is durable in these __consumer_offsets partitions: the
+        producer's pending offsets of the groups there are committed or dropped (Kafka's
+        GroupMetadataManager.handleTxnCompletion)."""
+        partitions = set(offsets_partitions)
+        groups = [g for g in self.open_groups_for_producer.get(producer_id, ())
+                  if self.partition_for(g) in partitions]
+        for group_id in groups:
+            group = self.groups.get(group_id)
+            if group is not None and not group.is_(S.DEAD):
+                changed = group.complete_pending_txn_offset_commit(producer_id, commit)
+                log.debug("transactional offsets completed", group=group_id,
+                          producer_id=producer_id, commit=commit, committed=len(changed))
+            self._remove_producer_group(producer_id, group_id)
+
+    def _remove_producer_group(self, producer_id: int, group_id: str) -> None:
+        groups = self.open_groups_for_producer.get(producer_id)
+        if groups is not None:
+            groups.discard(group_id)
+            if not groups:
+                del self.open_groups_for_producer[producer_id]
+
+    def _validate_offset_commit(self, group: GroupMetadata, generation_id: int, member_id: str,
+                                instance_id: str | None, *, transactional: bool
+                                ) -> ErrorCode | None:
+        """Kafka's validateOffsetCommit. A transactional commit with no member nor generation
+        (TxnOffsetCommit before v3) is accepted whatever the group's state."""
+        if group.is_(S.DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and group.is_(S.EMPTY):
+            return None
+        if generation_id >= 0 or member_id or instance_id is not None:
+            error = self._validate_current_member(group, member_id, instance_id)
+            if error is not None:
+                return error
+            if generation_id != group.generation_id:
+                return ErrorCode.ILLEGAL_GENERATION
+            return None
+        if not transactional and not group.is_(S.EMPTY):
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return None
+
+    @staticmethod
+    def _validate_current_member(group: GroupMetadata, member_id: str, instance_id: str | None
+                                 ) -> ErrorCode | None:
+        """Kafka's validateCurrentMember: a static instance must map to this member id (an
+        unknown instance is an unknown member), and the member must be in the group."""
+        if instance_id is not None:
+            current = group.static_members.get(instance_id)
+            if current is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if current != member_id:
+                return ErrorCode.FENCED_INSTANCE_ID
+        if member_id not in group.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return None
 
     def _check_commit(self, group: GroupMetadata | None, member_id: str,
                       instance_id: str | None, generation_id: int) -> ErrorCode | None:
@@ -519,13 +669,25 @@ class GroupCoordinator:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return None
 
-    def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None
-                      ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+    def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None,
+                      require_stable: bool = False
+                      ) -> dict[TopicPartition, OffsetAndMetadata | ErrorCode | None]:
+        """Committed offsets (None where there is none; every committed partition when
+        ``partitions`` is None). With ``require_stable`` (KIP-447) a partition with a commit
+        still pending, transactional or not, answers UNSTABLE_OFFSET_COMMIT instead, so a
+        consumer taking over does not start from an offset its predecessor's open
+        transaction is about to replace (Kafka's getOffsets)."""
         group = self.groups.get(group_id)
-        committed = group.offsets if group is not None else {}
-        if partitions is None:
-            return dict(committed)
-        return {tp: committed.get(tp) for tp in partitions}
+        if group is None or group.is_(S.DEAD):
+            return {} if partitions is None else {tp: None for tp in partitions}
+        wanted = list(group.offsets) if partitions is None else partitions
+        found: dict[TopicPartition, OffsetAndMetadata | ErrorCode | None] = {}
+        for tp in wanted:
+            if require_stable and group.has_pending_offset_commits_for(tp):
+                found[tp] = ErrorCode.UNSTABLE_OFFSET_COMMIT
+            else:
+                found[tp] = group.offsets.get(tp)
+        return found
 
     def delete_offsets(self, group_id: str, partitions: list[TopicPartition]
                        ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]] | asyncio.Future:
@@ -535,15 +697,28 @@ class GroupCoordinator:
         subscribed = self._subscribed_topics(group)
         results = {tp: (ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if tp[0] in subscribed
                         else ErrorCode.NONE) for tp in partitions}
-        gone = [tp for tp, e in results.items() if e == ErrorCode.NONE and tp in group.offsets]
-        for tp in gone:
-            del group.offsets[tp]
-        if not gone:
+        removed = group.remove_offsets([tp for tp, e in results.items() if e == ErrorCode.NONE])
+        records = [(offset_key(group_id, t, p), None) for t, p in removed]
+        records += self._maybe_dead(group)
+        if not records:
             return ErrorCode.NONE, results
         fut = asyncio.get_running_loop().create_future()
-        self.store.write(group_id, [(offset_key(group_id, t, p), None) for t, p in gone]
-                         ).add_done_callback(lambda f: fut.set_result((ErrorCode.NONE, results)))
+        self.store.write(group_id, records).add_done_callback(
+            lambda f: fut.set_result((ErrorCode.NONE, results)))
         return fut
+
+    def _maybe_dead(self, group: GroupMetadata) -> list[tuple[bytes, bytes | None]]:
+        """Kafka's cleanupGroupMetadata: an Empty group with no offsets left, committed or
+        pending, is dead and forgotten; its metadata gets a tombstone if it ever had one
+        (generation > 0). Pending transactional offsets keep the group: their marker may
+        still commit them."""
+        if not group.is_(S.EMPTY) or group.has_offsets():
+            return []
+        gid = group.group_id
+        group.transition(S.DEAD)
+        del self.groups[gid]
+        self.rebalances.pop(gid, None)
+        return [(group_key(gid), None)] if group.generation_id > 0 else []
 
     def _subscribed_topics(self, group: GroupMetadata) -> set[str]:
         """Topics of the members' consumer-protocol subscriptions (all, if unreadable)."""
@@ -577,8 +752,12 @@ class GroupCoordinator:
                 group.transition(S.DEAD)
                 del self.groups[gid]
                 self.rebalances.pop(gid, None)
-                tombstones = [(offset_key(gid, t, p), None) for t, p in group.offsets]
-                writes.append(self.store.write(gid, [*tombstones, (group_key(gid), None)]))
+                removed = group.remove_offsets(list(group.offsets))
+                records = [(offset_key(gid, t, p), None) for t, p in removed]
+                if group.generation_id > 0:
+                    records.append((group_key(gid), None))
+                if records:
+                    writes.append(self.store.write(gid, records))
                 results[gid] = ErrorCode.NONE
                 log.info("group deleted", group=gid)
         if not writes:
@@ -588,7 +767,10 @@ class GroupCoordinator:
         return fut
 
     def expire_offsets(self) -> int:
-        """offsets.retention.minutes: offsets of groups empty for that long are deleted."""
+        """offsets.retention.minutes (Kafka's removeExpiredOffsets): committed offsets of
+        groups Empty for that long, or of standalone groups by their commit time, are
+        deleted; an offset with a plain commit on its way is kept. Pending transactional
+        offsets never expire here: the transaction's marker decides them."""
         now = now_ms()
         removed = 0
         retention_ms = self.config.offsets_retention_ms
@@ -596,24 +778,23 @@ class GroupCoordinator:
             if not group.is_(S.EMPTY):
                 continue
             if group.protocol_type is not None:
-                expired = list(group.offsets) if group.state_timestamp + retention_ms < now \
-                    else []
+                expired = [tp for tp in group.offsets if tp not in group.pending_offset_commits
+                           and now - group.state_timestamp >= retention_ms]
             else:
                 expired = [tp for tp, om in group.offsets.items()
-                           if om.commit_timestamp + retention_ms < now]
-            if not expired:
-                continue
+                           if tp not in group.pending_offset_commits
+                           and now - om.commit_timestamp >= retention_ms]
             for tp in expired:
                 del group.offsets[tp]
+                group.commit_record_offsets.pop(tp, None)
             records = [(offset_key(gid, t, p), None) for t, p in expired]
-            if not group.offsets:
-                group.transition(S.DEAD)
-                del self.groups[gid]
-                self.rebalances.pop(gid, None)
-                records.append((group_key(gid), None))
+            records += self._maybe_dead(group)
+            if not records:
+                continue
             self.store.write(gid, records)
             removed += len(expired)
-            log.info("offsets expired", group=gid, partitions=len(expired))
+            if expired:
+                log.info("offsets expired", group=gid, partitions=len(expired))
         return removed
 
 
@@ -626,3 +807,21 @@ def _commit_error(append_error: ErrorCode) -> ErrorCode:
                         ErrorCode.INVALID_FETCH_SIZE):
         return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
     return ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+def offset_commit_error(error: ErrorCode) -> ErrorCode:
+    """Kafka's GroupMetadataManager.maybeConvertOffsetCommitError, for transactional offset
+    commits: a failed append or verification as a producer understands it. Fencing and
+    transaction-state errors (INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE ...) pass unchanged."""
+    name = error.name
+    if name == "NETWORK_EXCEPTION":
+        # Retriable, and without a needless coordinator lookup.
+        return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    if name in ("UNKNOWN_TOPIC_OR_PARTITION", "NOT_ENOUGH_REPLICAS",
+                "NOT_ENOUGH_REPLICAS_AFTER_APPEND"):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if name in ("NOT_LEADER_OR_FOLLOWER", "KAFKA_STORAGE_ERROR"):
+        return ErrorCode.NOT_COORDINATOR
+    if name in ("MESSAGE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "INVALID_FETCH_SIZE"):
+        return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+    return error

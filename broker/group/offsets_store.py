@@ -4,7 +4,9 @@ Records use Kafka's own key/value layouts (GroupCoordinatorRecordSerde): an Offs
 (version 1) with an OffsetCommitValue (version 3), a GroupMetadataKey (version 2) with a
 GroupMetadataValue (version 3), and a null value as the tombstone. They go through the normal
 log, so a commit is acknowledged only once the partition's high watermark covers it, and the
-coordinator rebuilds its state by reading the topic at start.
+coordinator rebuilds its state by reading the topic at start. A transactional offset commit is
+one transactional batch with the producer's id and epoch; the transaction's marker (a control
+batch) in the same partition later decides it, at run time and when loading alike.
 """
 
 from __future__ import annotations
@@ -18,9 +20,24 @@ import structlog
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
-from broker.group.metadata import GroupMetadata, GroupState, MemberMetadata, OffsetAndMetadata
+from broker.group.metadata import (
+    GroupMetadata,
+    GroupState,
+    MemberMetadata,
+    OffsetAndMetadata,
+    PendingTxnOffset,
+)
+from broker.log.log import AppendOrigin
 from broker.wallclock import now_ms
 from protocol.errors import ErrorCode
+from protocol.record_batch import (
+    CONTROL_COMMIT,
+    NO_SEQUENCE,
+    BatchHeader,
+    InvalidRecordError,
+    iter_batches,
+    read_end_txn_marker,
+)
 
 if TYPE_CHECKING:
     from broker.partition import Partition
@@ -122,31 +139,85 @@ class _Reader:
         return bytes(b)
 
 
-def apply_record(groups: dict[str, GroupMetadata], key: bytes, value: bytes | None) -> None:
-    """Replay one record of the topic onto the in-memory state (later records win)."""
-    r = _Reader(key)
-    (version,) = r.unpack(">h")
-    if version in (0, 1):
-        group_id, topic = r.str(), r.str()
-        (partition,) = r.unpack(">i")
-        group = groups.setdefault(group_id, GroupMetadata(group_id))
-        if value is None:
-            group.offsets.pop((topic, partition), None)
+def _read_offset_value(value: bytes) -> OffsetAndMetadata:
+    v = _Reader(value)
+    (vv,) = v.unpack(">h")
+    (offset,) = v.unpack(">q")
+    epoch = v.unpack(">i")[0] if vv >= 3 else -1
+    metadata = v.str()
+    (ts,) = v.unpack(">q")
+    return OffsetAndMetadata(offset, epoch, metadata, ts)
+
+
+GroupTopicPartition = tuple[str, tuple[str, int]]
+#: An offset as read back: the log offset of its batch, and the offset itself.
+Loaded = tuple[int, OffsetAndMetadata]
+
+
+class PartitionLoader:
+    """Kafka's doLoadGroupsAndOffsets for one partition of the topic, batch by batch.
+
+    Offsets of transactional batches are pending by producer id until that producer's
+    control batch: a COMMIT makes them committed unless a record later in the log already
+    committed the partition, anything else drops them. What is still pending at the end
+    belongs to a transaction the transaction coordinator will complete.
+    """
+
+    def __init__(self) -> None:
+        self.offsets: dict[GroupTopicPartition, Loaded] = {}
+        self.pending: dict[int, dict[GroupTopicPartition, Loaded]] = {}
+        self.groups: dict[str, GroupMetadata] = {}
+        self.records = 0
+
+    def control_batch(self, producer_id: int, control_type: int | None) -> None:
+        pending = self.pending.pop(producer_id, {})
+        if control_type != CONTROL_COMMIT:
             return
-        v = _Reader(value)
-        (vv,) = v.unpack(">h")
-        (offset,) = v.unpack(">q")
-        epoch = v.unpack(">i")[0] if vv >= 3 else -1
-        metadata = v.str()
-        (ts,) = v.unpack(">q")
-        group.offsets[(topic, partition)] = OffsetAndMetadata(offset, epoch, metadata, ts)
-    elif version == 2:
-        group_id = r.str()
-        if value is None:
-            groups.pop(group_id, None)
-            return
-        group = groups.setdefault(group_id, GroupMetadata(group_id))
-        _load_group_value(group, value)
+        for key, (at, om) in pending.items():
+            current = self.offsets.get(key)
+            if current is None or current[0] < at:
+                self.offsets[key] = (at, om)
+
+    def data_record(self, key: bytes, value: bytes | None, batch_offset: int,
+                    producer_id: int | None) -> None:
+        """One record; ``producer_id`` is set for records of a transactional batch."""
+        self.records += 1
+        r = _Reader(key)
+        (version,) = r.unpack(">h")
+        if version in (0, 1):
+            group_id, topic = r.str(), r.str()
+            (partition,) = r.unpack(">i")
+            gtp = (group_id, (topic, partition))
+            target = (self.offsets if producer_id is None
+                      else self.pending.setdefault(producer_id, {}))
+            if value is None:
+                target.pop(gtp, None)
+            else:
+                target[gtp] = (batch_offset, _read_offset_value(value))
+        elif version == 2:
+            group_id = r.str()
+            if value is None:
+                self.groups.pop(group_id, None)
+            else:
+                group = GroupMetadata(group_id)
+                _load_group_value(group, value)
+                self.groups[group_id] = group
+        else:
+            log.warning("unknown key version in __consumer_offsets, ignored", version=version)
+
+    def finish(self, into: dict[str, GroupMetadata]) -> None:
+        """Kafka's loadGroup: groups of this partition with their offsets, pending ones too;
+        groups with offsets but no metadata record are Empty groups."""
+        for gid, group in self.groups.items():
+            if group.members or group.protocol_type:
+                into[gid] = group
+        for (gid, tp), (at, om) in self.offsets.items():
+            into.setdefault(gid, GroupMetadata(gid)).put_offset(tp, om, at)
+        for producer_id, offsets in self.pending.items():
+            for (gid, tp), (at, om) in offsets.items():
+                group = into.setdefault(gid, GroupMetadata(gid))
+                group.pending_txn_offset_commits.setdefault(producer_id, {})[tp] = (
+                    PendingTxnOffset(om, at))
 
 
 def _load_group_value(group: GroupMetadata, value: bytes) -> None:
@@ -203,54 +274,88 @@ class OffsetsStore:
         groups: dict[str, GroupMetadata] = {}
         records = 0
         for index in range(self.num_partitions):
-            partition = self.replica_manager.partitions[(TOPIC, index)]
-            for key, value in _read_all(partition):
-                if key is not None:
-                    apply_record(groups, key, value)
-                    records += 1
-        groups = {g: m for g, m in groups.items() if m.members or m.offsets or m.protocol_type}
+            loader = PartitionLoader()
+            for data, pos, header in _read_batches(self.replica_manager.partitions[(TOPIC, index)]):
+                if header.is_control:
+                    try:
+                        control_type: int | None = read_end_txn_marker(data, pos)[0]
+                    except InvalidRecordError:
+                        control_type = None  # Kafka's UNKNOWN control type: not a commit
+                    loader.control_batch(header.producer_id, control_type)
+                    continue
+                producer_id = header.producer_id if header.is_transactional else None
+                batch = MemoryRecords(bytes(data[pos:pos + header.size_in_bytes])).next_batch()
+                first: int | None = None
+                for rec in batch or ():
+                    if rec.key is None:
+                        continue
+                    first = rec.offset if first is None else first
+                    loader.data_record(bytes(rec.key),
+                                       bytes(rec.value) if rec.value is not None else None,
+                                       first, producer_id)
+            loader.finish(groups)
+            records += loader.records
         if records:
-            log.info("group metadata loaded", records=records, groups=len(groups))
+            pending = sum(len(g.pending_txn_offset_commits) for g in groups.values())
+            log.info("group metadata loaded", records=records, groups=len(groups),
+                     pending_transactions=pending)
         return groups
 
     def write(self, group_id: str, records: list[Record]) -> asyncio.Future[ErrorCode]:
         """Append the records to the group's partition; resolves once they are committed."""
         fut: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+        self.append(group_id, records).add_done_callback(
+            lambda f: fut.set_result(f.result()[0]))
+        return fut
+
+    def append(self, group_id: str, records: list[Record], *, producer_id: int = -1,
+               producer_epoch: int = -1) -> asyncio.Future[tuple[ErrorCode, int]]:
+        """Append the records as one batch to the group's partition, acks=all, as the
+        coordinator; resolves with the error and the batch's base offset once committed.
+
+        With a producer id the batch is transactional (Kafka's transactional offset commit):
+        the producer's id and epoch, no sequence, so the transaction's marker resolves it.
+        """
+        fut: asyncio.Future[tuple[ErrorCode, int]] = asyncio.get_running_loop().create_future()
         tp = (TOPIC, self.partition_for(group_id))
-        builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 30)
+        transactional = producer_id >= 0
+        builder = DefaultRecordBatchBuilder(2, 0, transactional, producer_id, producer_epoch,
+                                            NO_SEQUENCE, 1 << 30)
         now = now_ms()
         for i, (key, value) in enumerate(records):
             builder.append(i, now, key, value, [])
         appended = self.replica_manager.append_records(
-            [(tp, bytes(builder.build()))], api_version=11, acks=-1, timeout_ms=COMMIT_TIMEOUT_MS)
+            [(tp, bytes(builder.build()))], api_version=11, acks=-1, timeout_ms=COMMIT_TIMEOUT_MS,
+            origin=AppendOrigin.COORDINATOR)
         if isinstance(appended, dict):
-            fut.set_result(appended[tp].error)
+            fut.set_result((appended[tp].error, appended[tp].base_offset))
             return fut
 
         def done(f: asyncio.Future[ProduceResults]) -> None:
             if fut.done():
                 return
             if f.exception() is not None:
-                fut.set_result(ErrorCode.UNKNOWN_SERVER_ERROR)
+                fut.set_result((ErrorCode.UNKNOWN_SERVER_ERROR, -1))
             else:
-                fut.set_result(f.result()[tp].error)
+                result = f.result()[tp]
+                fut.set_result((result.error, result.base_offset))
 
         asyncio.ensure_future(appended).add_done_callback(done)
         return fut
 
 
-def _read_all(partition: Partition) -> Iterator[tuple[bytes | None, bytes | None]]:
+def _read_batches(partition: Partition) -> Iterator[tuple[bytes, int, BatchHeader]]:
+    """Every batch below the high watermark, from the log start: (buffer, position, header)."""
     offset = partition.log_start_offset
     end = partition.high_watermark
     while offset < end:
-        data = partition.log.read(offset, 1 << 20, end, True)
+        data = bytes(partition.log.read(offset, 1 << 20, end, True) or b"")
         if not data:
             return
-        records = MemoryRecords(bytes(data))
-        while (batch := records.next_batch()) is not None:
-            for rec in batch:
-                if rec.offset >= offset:
-                    yield (bytes(rec.key) if rec.key is not None else None,
-                           bytes(rec.value) if rec.value is not None else None)
-                    offset = rec.offset + 1
-            offset = max(offset, batch.next_offset)
+        before = offset
+        for pos, header in iter_batches(data):
+            if header.last_offset >= offset:
+                yield data, pos, header
+            offset = max(offset, header.next_offset)
+        if offset == before:
+            return
