@@ -90,10 +90,10 @@ def _verify(ctx: ApiContext, transactional_id: str, producer_id: int, producer_e
 def _client_error(error: ErrorCode, version: int) -> ErrorCode:
     """A verification refusal as Kafka's AddPartitionsToTxnManager and
     maybeConvertOffsetCommitError hand it to a producer of this request version."""
-    if error.name == "PRODUCER_FENCED":
+    if error == ErrorCode.PRODUCER_FENCED:
         error = ErrorCode.INVALID_PRODUCER_EPOCH  # what producers expect to handle here
-    elif error.name == "TRANSACTION_ABORTABLE" and version < ABORTABLE_VERSION:
-        error = ErrorCode["INVALID_TXN_STATE"]
+    elif error == ErrorCode.TRANSACTION_ABORTABLE and version < ABORTABLE_VERSION:
+        error = ErrorCode.INVALID_TXN_STATE
     return offset_commit_error(error)
 
 

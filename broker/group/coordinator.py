@@ -813,15 +813,15 @@ def offset_commit_error(error: ErrorCode) -> ErrorCode:
     """Kafka's GroupMetadataManager.maybeConvertOffsetCommitError, for transactional offset
     commits: a failed append or verification as a producer understands it. Fencing and
     transaction-state errors (INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE ...) pass unchanged."""
-    name = error.name
-    if name == "NETWORK_EXCEPTION":
+    if error == ErrorCode.NETWORK_EXCEPTION:
         # Retriable, and without a needless coordinator lookup.
         return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-    if name in ("UNKNOWN_TOPIC_OR_PARTITION", "NOT_ENOUGH_REPLICAS",
-                "NOT_ENOUGH_REPLICAS_AFTER_APPEND"):
+    if error in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
+                 ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND):
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    if name in ("NOT_LEADER_OR_FOLLOWER", "KAFKA_STORAGE_ERROR"):
+    if error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
         return ErrorCode.NOT_COORDINATOR
-    if name in ("MESSAGE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "INVALID_FETCH_SIZE"):
+    if error in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE,
+                 ErrorCode.INVALID_FETCH_SIZE):
         return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
     return error

@@ -421,12 +421,15 @@ class FakeTransactions:
 
 
 @pytest.mark.parametrize(("refusal", "version", "answered"), [
-    (48, 3, 48),    # INVALID_TXN_STATE: the offsets partition is not in the transaction
-    (90, 3, 47),    # PRODUCER_FENCED is answered INVALID_PRODUCER_EPOCH
-    (120, 3, 48),   # TRANSACTION_ABORTABLE, to a client before v4: INVALID_TXN_STATE
-    (120, 4, 120),  # v4 clients know TRANSACTION_ABORTABLE
-    (13, 3, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),  # NETWORK_EXCEPTION: retry, same place
-    (13, 1, ErrorCode.COORDINATOR_NOT_AVAILABLE),     # ... which clients before v2 do not know
+    # the offsets partition is not in the transaction
+    (ErrorCode.INVALID_TXN_STATE, 3, ErrorCode.INVALID_TXN_STATE),
+    (ErrorCode.PRODUCER_FENCED, 3, ErrorCode.INVALID_PRODUCER_EPOCH),
+    # TRANSACTION_ABORTABLE reaches v4 clients only (Kafka's genericError)
+    (ErrorCode.TRANSACTION_ABORTABLE, 3, ErrorCode.INVALID_TXN_STATE),
+    (ErrorCode.TRANSACTION_ABORTABLE, 4, ErrorCode.TRANSACTION_ABORTABLE),
+    # NETWORK_EXCEPTION: retry at the same coordinator; clients before v2 are told otherwise
+    (ErrorCode.NETWORK_EXCEPTION, 3, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
+    (ErrorCode.NETWORK_EXCEPTION, 1, ErrorCode.COORDINATOR_NOT_AVAILABLE),
 ])
 async def test_offsets_partition_must_be_in_the_transaction(
         parts: Components, refusal: int, version: int, answered: int) -> None:
@@ -443,11 +446,12 @@ async def test_verification_passes_then_is_skipped_while_the_transaction_is_open
     fake = FakeTransactions(0)
     assert await send(parts, txn_request(3, {TP0: 1}), fake) == {TP0: 0}
     assert len(fake.asked) == 1
-    fake.error = 48  # the log has the producer's transaction open: Kafka asks no more
+    fake.error = ErrorCode.INVALID_TXN_STATE  # open in the log already: Kafka asks no more
     assert await send(parts, txn_request(3, {TP1: 2}), fake) == {TP1: 0}
     assert len(fake.asked) == 1
     await end_txn(parts, commit=True)
-    assert await send(parts, txn_request(3, {TP2: 3}), fake) == {TP2: 48}
+    assert await send(parts, txn_request(3, {TP2: 3}), fake) == {
+        TP2: ErrorCode.INVALID_TXN_STATE}
 
 
 async def test_a_fenced_epoch_is_refused_by_the_log(parts: Components) -> None:
