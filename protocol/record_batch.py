@@ -2,7 +2,9 @@
 
 No I/O. The produce path only ever looks at batch headers: records are never decoded and
 compressed payloads (gzip, snappy, lz4, zstd) are never decompressed, so the cost of a produce
-is one CRC pass per batch plus a few ``struct`` reads and writes.
+is one CRC pass per batch plus a few ``struct`` reads and writes. The one exception is an
+end-transaction marker (a control batch of one uncompressed record), whose record is built
+and read here.
 
 Header layout (Kafka's DefaultRecordBatch), big-endian, offsets from the batch start::
 

@@ -478,3 +478,69 @@ def test_retention_keeps_a_producer_with_an_open_transaction(tmp_path: Path) -> 
     assert log.first_unstable_offset == log.log_start_offset
     end(log, 1, 0, True)
     assert log.first_unstable_offset is None
+
+
+def test_crash_after_a_roll_snapshot_with_an_open_transaction(tmp_path: Path) -> None:
+    """The rebuild starts at a snapshot holding the open transaction; an abort written after
+    it gets the transaction's first offset from the snapshot, and index entries below the
+    snapshot are kept as they are."""
+    cfg = LogConfig(segment_bytes=400)
+    log = new_log(tmp_path, cfg)
+    log.append(tbatch(1, 0, 0, size=60), T0)  # 0-1, producer 1 opens
+    end(log, 1, 0, False)  # 2: an abort below the snapshot
+    log.append(tbatch(2, 0, 0, size=60), T0)  # producer 2 opens
+    while len(log.segments) < 2:
+        log.append(plain(2), T0)
+    snap = log.segments[-1].base_offset
+    log.flush()
+    assert log.recovery_point >= snap and snap in log.producer_snapshot_offsets()
+    log.append(plain(1), T0)
+    marker = end(log, 2, 0, False)
+    want = aborted(log)
+    assert want == [AbortedTxn(1, 0, 2, 3), AbortedTxn(2, 3, marker, marker + 1)]
+    again = Log.load(log.dir, cfg, "topic", 0, clean_shutdown=False,
+                     recovery_point=log.recovery_point)
+    assert again.producer_state.loaded_from == snap
+    assert aborted(again) == want and again.first_unstable_offset is None
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from("dcap")), max_size=30))
+def test_interleavings_match_kafkas_rules_and_survive_a_crash(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[int, str]]
+) -> None:
+    """A model of Kafka's rules: data opens a transaction, a marker completes it, an abort is
+    indexed with lastStableOffset(completedTxn); a crash-restart rebuilds the same state."""
+    d = tmp_path_factory.mktemp("log")
+    cfg = LogConfig(segment_bytes=500)
+    log = Log(d / "topic-0", cfg, "topic", 0)
+    seqs = dict.fromkeys(range(4), 0)
+    ongoing: dict[int, int] = {}  # first offset -> producer, in offset order
+    open_of: dict[int, int] = {}
+    expected: list[AbortedTxn] = []
+    for pid, op in ops:
+        offset = log.log_end_offset
+        if op == "d":
+            log.append(tbatch(pid, 0, seqs[pid], 2), T0)
+            seqs[pid] += 2
+            if pid not in open_of:
+                open_of[pid] = offset
+                ongoing[offset] = pid
+        elif op == "p":
+            log.append(plain(1), T0)
+        else:
+            end(log, pid, 0, op == "c")
+            if pid in open_of:
+                first = open_of.pop(pid)
+                others = [f for f, p in ongoing.items() if p != pid]
+                lso = others[0] if others else offset + 1
+                del ongoing[first]
+                if op == "a":
+                    expected.append(AbortedTxn(pid, first, offset, lso))
+        assert log.first_unstable_offset == (min(ongoing) if ongoing else None)
+    assert aborted(log) == expected
+    for p in (d / "topic-0").glob("*.txnindex"):
+        p.unlink()
+    again = Log.load(log.dir, cfg, "topic", 0, clean_shutdown=False, recovery_point=0)
+    assert aborted(again) == expected
+    assert dict(again.producer_state.ongoing_txns) == ongoing
