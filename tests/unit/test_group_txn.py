@@ -184,6 +184,19 @@ async def test_the_offsets_are_one_transactional_batch_of_the_producer(
     assert batches[1][0].producer_id == PID
 
 
+async def test_a_plain_commit_on_its_way_to_the_log_is_unstable_too(parts: Components) -> None:
+    """Kafka's hasPendingOffsetCommitsForTopicPartition counts plain commits not yet in the
+    log as well: require_stable never answers an offset about to change."""
+    await plain_commit(parts, {TP0: om(1)})
+    fut = parts.coordinator.commit_offsets(GROUP, "", None, -1, {TP0: om(2)})
+    assert isinstance(fut, asyncio.Future) and not fut.done()
+    assert fetch(parts, [TP0], True) == {TP0: ErrorCode.UNSTABLE_OFFSET_COMMIT}
+    assert fetch(parts, [TP0], False) == {TP0: om(1)}
+    await settle()
+    assert fut.result() == {TP0: ErrorCode.NONE}
+    assert fetch(parts, [TP0], True) == {TP0: om(2)}
+
+
 # -- require_stable on the wire ------------------------------------------------------------------
 
 async def test_offset_fetch_requires_stable_from_v7(parts: Components) -> None:
