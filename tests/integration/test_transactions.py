@@ -92,7 +92,7 @@ class ConfluentTxn:
             "transaction.timeout.ms": timeout_ms,
             "acks": "all",
             "linger.ms": 5,
-            "socket.timeout.ms": 10000,
+            "socket.timeout.ms": min(10000, timeout_ms),  # librdkafka: at most the txn timeout
             "error_cb": self.errors.append,
         })
 
