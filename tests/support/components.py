@@ -7,6 +7,8 @@ delayed answers are futures, and their callbacks run on the loop, hence ``settle
 advance. Fsyncs still run on the ReplicaManager's flusher threads, as in the broker. The
 broker's periodic jobs (retention, checkpoints, offset expiry, the time-based flusher) are not
 started: a test calls the job itself (``replica_manager.apply_retention()``) when it wants one.
+The transaction coordinator's wall clock follows the manual clock too (``wall_ms``: the build's
+real time plus the manual clock's ms), so its timestamps and deadlines are exact in tests.
 
 ``parse`` turns a kafka-python request object into the broker's Request by the connection's
 own parser, so handler tests get what a handler really gets, whatever shape Request takes.
@@ -32,6 +34,8 @@ from broker.network.request_channel import RequestChannel
 from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager
 from broker.topic_admin import TopicAdmin, log_config
+from broker.txn import TransactionCoordinator
+from broker.wallclock import now_ms
 from purgatory import ManualClock, Timer
 
 CLIENT_ID = "unit-test"
@@ -52,7 +56,12 @@ class Components:
     coordinator: GroupCoordinator
     fetch_sessions: FetchSessionCache
     context: ApiContext
+    transactions: TransactionCoordinator
     closed: bool = False
+
+    def wall_ms(self) -> int:
+        """The wall clock the transaction coordinator stamps with (moves with ``clock``)."""
+        return self.transactions._wall_ms()
 
     async def advance(self, ms: float) -> None:
         """Move the manual clock, then let the callbacks of what completed run."""
@@ -65,6 +74,7 @@ class Components:
         if self.closed:
             return
         self.closed = True
+        self.transactions.shutdown()
         rm = self.replica_manager
         await rm.flush_all()
         rm.timer.close()
@@ -107,11 +117,19 @@ def build(log_dir: Path, overrides: dict[str, str] | None = None,
     store = OffsetsStore(rm, topics, cfg["offsets.topic.num.partitions"])
     coordinator = GroupCoordinator(GroupConfig.of(cfg), timer, store, rm.partitions.__contains__)
     coordinator.start()
+    wall_base = now_ms() - int(clock.time())
+    transactions = TransactionCoordinator(
+        cfg, timer, rm, topics, producer_ids,
+        lambda pid, partitions, commit: coordinator.handle_txn_completion(  # type: ignore[attr-defined]
+            pid, partitions, commit),
+        store.partition_for, wall_ms=lambda: wall_base + int(clock.time()))
+    transactions.start()
+    rm.verify_transaction = transactions.verify_partition
     node = Node(cfg["node.id"], *cfg.advertised, metadata.cluster_id)
     sessions = FetchSessionCache()
-    context = ApiContext(node, cfg, topics, rm, coordinator, sessions, producer_ids)
+    context = ApiContext(node, cfg, topics, rm, coordinator, sessions, producer_ids, transactions)
     return Components(cfg, clock, timer, metadata, log_manager, producer_ids, rm, topics, store,
-                      coordinator, sessions, context)
+                      coordinator, sessions, context, transactions)
 
 
 # -- requests as a handler receives them ---------------------------------------------------------
