@@ -282,6 +282,7 @@ class BrokerMetrics:
         self.coordinator: GroupCoordinator | None = None
         self.metadata: MetadataStore | None = None
         self.log_manager: LogManager | None = None
+        self.transactions: Any = None  # the TransactionCoordinator, when wired
         self.stats: dict[int, RequestStats] = {}  # (api key << 16 | version) -> stats
         self.timings: dict[str, ApiTimings] = {}
         self.topic_bytes_out: dict[Any, int] = {}
@@ -293,10 +294,10 @@ class BrokerMetrics:
 
     def observe(self, channel: RequestChannel, replica_manager: ReplicaManager,
                 coordinator: GroupCoordinator, metadata: MetadataStore,
-                log_manager: LogManager) -> None:
+                log_manager: LogManager, transactions: Any = None) -> None:
         self.channel, self.replica_manager = channel, replica_manager
         self.coordinator, self.metadata = coordinator, metadata
-        self.log_manager = log_manager
+        self.log_manager, self.transactions = log_manager, transactions
 
     def stats_for(self, request: Request) -> RequestStats:
         version = request.version if request.body is not None else UNSUPPORTED
@@ -354,6 +355,7 @@ class BrokerCollector(Collector):
             yield from self._logs(m.replica_manager)
             if m.coordinator is not None:
                 yield from self._groups(m.coordinator, m.replica_manager)
+            yield from self._transactions(m.transactions, m.replica_manager)
 
     # -- requests ------------------------------------------------------------------------------
     def _requests(self) -> Iterator[Metric]:
@@ -521,6 +523,10 @@ class BrokerCollector(Collector):
                                  labels=labels)
         segments = GaugeMetricFamily(f"{PREFIX}_log_segments", "Segments of the log.",
                                      labels=labels)
+        lso_lag = GaugeMetricFamily(
+            f"{PREFIX}_log_last_stable_offset_lag", "High watermark minus last stable offset "
+            "(Kafka's LastStableOffsetLag): records held back from read_committed consumers "
+            "by open transactions.", labels=labels)
         bytes_in: dict[str, int] = {}
         messages_in: dict[str, int] = {}
         for (topic, index), p in sorted(rm.partitions.items()):
@@ -532,12 +538,14 @@ class BrokerCollector(Collector):
             lso.add_metric(lab, plog.log_start_offset)
             size.add_metric(lab, plog.size_in_bytes)
             segments.add_metric(lab, plog.num_segments)
+            if not p.offline:
+                lso_lag.add_metric(lab, p.high_watermark - p.last_stable_offset)
             bytes_in[topic] = bytes_in.get(topic, 0) + p.appended_bytes
             # Offsets are assigned contiguously, so messages appended since the partition was
             # opened are the log end offset's growth: no per-append counter needed.
             messages_in[topic] = messages_in.get(topic, 0) + end - rm.opened_at.get(
                 (topic, index), end)
-        yield from (leo, hw, lso, size, segments)
+        yield from (leo, hw, lso, size, segments, lso_lag)
         tin = CounterMetricFamily(f"{PREFIX}_topic_bytes_in",
                                   "Record batch bytes appended (since start).", labels=["topic"])
         min_ = CounterMetricFamily(f"{PREFIX}_topic_messages_in",
@@ -613,6 +621,25 @@ class BrokerCollector(Collector):
         for gid, n in sorted(coordinator.rebalances.items()):
             rebalances.add_metric([gid], n)
         yield from (members, generation, rebalances, committed, lag)
+
+
+    # -- transactions ----------------------------------------------------------------------------
+    def _transactions(self, transactions: Any, rm: ReplicaManager) -> Iterator[Metric]:
+        yield CounterMetricFamily(
+            f"{PREFIX}_txn_markers_written", "Transaction markers (COMMIT or ABORT control "
+            "batches) appended to partitions (since start).", value=rm.markers_written)
+        if transactions is None:
+            return
+        by_state = GaugeMetricFamily(f"{PREFIX}_transactions",
+                                     "Transactional ids known to the coordinator, by state.",
+                                     labels=["state"])
+        counts: dict[str, int] = {}
+        for txn in list(transactions.transactions.values()):
+            name = getattr(txn.state, "name", str(txn.state))
+            counts[name] = counts.get(name, 0) + 1
+        for name in sorted(counts):
+            by_state.add_metric([name], counts[name])
+        yield by_state
 
 
 # -- the endpoint ---------------------------------------------------------------------------------

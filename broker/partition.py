@@ -12,7 +12,7 @@ its high watermark stays where the last good write (or fsync) put it.
 
 from __future__ import annotations
 
-from broker.log.log import AppendInfo, Log
+from broker.log.log import AppendInfo, AppendOrigin, Log
 
 
 class Partition:
@@ -52,9 +52,26 @@ class Partition:
         """Whether its log dir failed; it stays offline until the broker restarts."""
         return self.log.offline
 
-    def append(self, records: bytearray, now_ms: int) -> tuple[AppendInfo, bool]:
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: below it every transaction is decided; read_committed reads stop here."""
+        first_unstable = self.log.first_unstable_offset
+        hw = self.high_watermark
+        return hw if first_unstable is None or first_unstable >= hw else first_unstable
+
+    def append(self, records: bytearray, now_ms: int,
+               origin: AppendOrigin = AppendOrigin.CLIENT) -> tuple[AppendInfo, bool]:
         """Append as leader; returns the append info and whether the high watermark moved."""
-        info = self.log.append(records, now_ms)
+        return self._appended(self.log.append(records, now_ms, origin=origin))
+
+    def append_end_txn_marker(self, producer_id: int, producer_epoch: int,
+                              coordinator_epoch: int, commit: bool, now_ms: int
+                              ) -> tuple[AppendInfo, bool]:
+        """Append a COMMIT or ABORT marker as the transaction coordinator asks."""
+        return self._appended(self.log.append_end_txn_marker(
+            producer_id, producer_epoch, coordinator_epoch, commit, now_ms))
+
+    def _appended(self, info: AppendInfo) -> tuple[AppendInfo, bool]:
         self.appended_bytes += info.size
         if self.hw_gated_by_flush:
             return info, False

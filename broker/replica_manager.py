@@ -26,18 +26,37 @@ import structlog
 from broker.delayed_fetch import DelayedFetch
 from broker.delayed_produce import DelayedProduce
 from broker.log.dir_failure import KafkaStorageError, LogDirFailureChannel
-from broker.log.log import AppendInfo, Log, OffsetOutOfRangeError
+from broker.log.log import AppendInfo, AppendOrigin, Log, OffsetOutOfRangeError
+from broker.log.txn_index import AbortedTxn
 from broker.metrics import Histogram
 from broker.partition import Partition
 from broker.wallclock import now_ms
 from protocol.errors import ErrorCode, KafkaError
-from protocol.record_batch import check_produce_request_version
+from protocol.record_batch import (
+    RECORD_BATCH_OVERHEAD,
+    BatchHeader,
+    check_produce_request_version,
+    iter_batches,
+)
 from purgatory import Purgatory, Timer
 
 log = structlog.get_logger("broker.replica")
 
 TopicPartition = tuple[str, int]
 VALID_ACKS = (0, 1, -1)
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+
+#: Asks the transaction coordinator whether a partition is in a producer's ongoing transaction
+#: (transactional id, producer id, producer epoch, partition) -> error; set by the server.
+TransactionVerifier = Callable[[str, int, int, TopicPartition], ErrorCode]
+
+# Verification errors a producer may retry, answered as Kafka does to clients that may not
+# know them: NOT_ENOUGH_REPLICAS is retriable and does not trigger a metadata refresh.
+_RETRIABLE_VERIFICATION_ERRORS = frozenset({
+    ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.NETWORK_EXCEPTION,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_COORDINATOR,
+})
 
 
 @dataclass(slots=True)
@@ -69,6 +88,9 @@ class FetchResult:
     records: bytes = b""
     high_watermark: int = -1
     log_start_offset: int = -1
+    last_stable_offset: int = -1
+    #: read_committed only: the aborted transactions overlapping what was read.
+    aborted: list[AbortedTxn] | None = None
 
 
 class ReplicaManager:
@@ -85,26 +107,38 @@ class ReplicaManager:
         # partition's log end offset when it was opened (messages in = its growth since).
         self.flush_time = Histogram()
         self.opened_at: dict[TopicPartition, int] = {}
+        self.verify_transaction: TransactionVerifier | None = None
+        self.markers_written = 0
 
     # -- produce ----------------------------------------------------------------------------
     def append_records(
         self, entries: Iterable[tuple[TopicPartition, bytes | None]], api_version: int,
-        acks: int = 1, timeout_ms: int = 0,
+        acks: int = 1, timeout_ms: int = 0, *, origin: AppendOrigin = AppendOrigin.CLIENT,
+        transactional_id: str | None = None,
     ) -> ProduceResults | Awaitable[ProduceResults]:
         """Validate, assign offsets and append each partition's batches, in arrival order.
 
         Answers at once, or (acks=-1, or a partition whose high watermark waits for the fsync)
         with an awaitable that resolves when the high watermark covers every appended batch or
-        ``timeout_ms`` passes.
+        ``timeout_ms`` passes. A transactional produce first has each partition checked with
+        the transaction coordinator (a partition not added to the transaction is refused).
         """
         if acks not in VALID_ACKS:
             return {tp: ProduceResult(ErrorCode.INVALID_REQUIRED_ACKS) for tp, _ in entries}
+        entries = list(entries)
+        refused = self._verify_transaction(entries, transactional_id)
         results: ProduceResults = {}
         ts = now_ms()
         for tp, records in entries:
-            results[tp] = self._append_one(tp, records, ts, api_version)
+            refusal = refused.get(tp)
+            results[tp] = refusal if refusal is not None else self._append_one(
+                tp, records, ts, api_version, origin)
         if acks == 0:
             return results
+        return self._await_high_watermark(results, acks, timeout_ms)
+
+    def _await_high_watermark(self, results: ProduceResults, acks: int, timeout_ms: int
+                              ) -> ProduceResults | Awaitable[ProduceResults]:
         partitions = self.partitions
         waits = acks == -1 or any(
             (p := partitions.get(tp)) is not None and p.hw_gated_by_flush for tp in results)
@@ -114,8 +148,113 @@ class ReplicaManager:
         self.produce_purgatory.try_complete_else_watch(op, list(results))
         return op.future
 
+    def _verify_transaction(
+        self, entries: list[tuple[TopicPartition, bytes | None]], transactional_id: str | None
+    ) -> dict[TopicPartition, ProduceResult]:
+        """Kafka's handleProduceAppend: partitions of a transactional produce whose producer has
+        no transaction open there yet are checked with the coordinator; refusals by partition.
+        """
+        verify = self.verify_transaction
+        if transactional_id is None or verify is None:
+            return {}
+        producers: set[tuple[int, int]] = set()
+        to_verify: list[TopicPartition] = []
+        for tp, records in entries:
+            if not records or len(records) < RECORD_BATCH_OVERHEAD:
+                continue
+            header = BatchHeader(records)
+            if not (header.is_transactional and header.has_producer_id):
+                continue
+            producers.add((header.producer_id, header.producer_epoch))
+            partition = self.partitions.get(tp)
+            if partition is None or partition.offline:
+                continue  # the append answers it
+            entry = partition.log.producer_state.last_entry(header.producer_id)
+            if entry is None or entry.current_txn_first_offset < 0:
+                to_verify.append(tp)
+        if len(producers) > 1:
+            message = "transactional records contained more than one producer id"
+            return {tp: ProduceResult(ErrorCode.INVALID_PRODUCER_ID_MAPPING, message=message)
+                    for tp, _ in entries}
+        if not to_verify:
+            return {}
+        ((producer_id, epoch),) = producers
+        refused: dict[TopicPartition, ProduceResult] = {}
+        for tp in to_verify:
+            error = verify(transactional_id, producer_id, epoch, tp)
+            if error == ErrorCode.NONE:
+                continue
+            if error == ErrorCode.INVALID_TXN_STATE:
+                message = "Partition was not added to the transaction"
+            elif error in _RETRIABLE_VERIFICATION_ERRORS:
+                message = ("Unable to verify the partition has been added to the transaction. "
+                           f"Underlying error: {error.name}")
+                error = ErrorCode.NOT_ENOUGH_REPLICAS
+            else:
+                message = None
+            log.info("transactional produce refused", topic=tp[0], partition=tp[1],
+                     transactional_id=transactional_id, error=error.name)
+            refused[tp] = ProduceResult(error, message=message)
+        return refused
+
+    # -- transaction markers ------------------------------------------------------------------
+    def write_txn_markers(
+        self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+        partitions: list[TopicPartition], timeout_ms: int,
+    ) -> Awaitable[dict[TopicPartition, ErrorCode]]:
+        """Append an end-transaction marker to each partition (as the coordinator: Kafka's
+        WriteTxnMarkers with acks=all); resolves with each partition's error once every marker
+        is under the high watermark, or ``timeout_ms`` passes."""
+        ts = now_ms()
+        results: ProduceResults = {}
+        for tp in partitions:
+            results[tp] = self._append_marker(tp, producer_id, producer_epoch, coordinator_epoch,
+                                              commit, ts)
+        appended = self._await_high_watermark(results, -1, timeout_ms)
+        fut: asyncio.Future[dict[TopicPartition, ErrorCode]] = (
+            asyncio.get_running_loop().create_future())
+
+        def errors(res: ProduceResults) -> dict[TopicPartition, ErrorCode]:
+            return {tp: r.error for tp, r in res.items()}
+
+        if isinstance(appended, dict):
+            fut.set_result(errors(appended))
+            return fut
+
+        def done(f: asyncio.Future[ProduceResults]) -> None:
+            if fut.done():
+                return
+            if f.exception() is not None:
+                fut.set_result({tp: ErrorCode.UNKNOWN_SERVER_ERROR for tp in partitions})
+            else:
+                fut.set_result(errors(f.result()))
+
+        asyncio.ensure_future(appended).add_done_callback(done)
+        return fut
+
+    def _append_marker(self, tp: TopicPartition, producer_id: int, producer_epoch: int,
+                       coordinator_epoch: int, commit: bool, ts: int) -> ProduceResult:
+        partition = self.partitions.get(tp)
+        if partition is None:
+            return ProduceResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        try:
+            info, hw_moved = partition.append_end_txn_marker(
+                producer_id, producer_epoch, coordinator_epoch, commit, ts)
+        except KafkaStorageError as exc:
+            return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
+        except KafkaError as exc:
+            code = ErrorCode(exc.error_code)
+            log.warning("transaction marker refused", topic=tp[0], partition=tp[1],
+                        producer_id=producer_id, error=code.name, reason=str(exc))
+            return ProduceResult(code, message=str(exc))
+        self.markers_written += 1
+        self._after_append(partition, info, hw_moved)
+        return ProduceResult(ErrorCode.NONE, info.first_offset, info.last_offset,
+                             info.log_append_time, partition.log_start_offset)
+
     def _append_one(
-        self, tp: TopicPartition, records: bytes | None, ts: int, api_version: int
+        self, tp: TopicPartition, records: bytes | None, ts: int, api_version: int,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> ProduceResult:
         partition = self.partitions.get(tp)
         if partition is None:
@@ -124,7 +263,7 @@ class ReplicaManager:
             return ProduceResult(ErrorCode.INVALID_RECORD, message="no record batches")
         try:
             check_produce_request_version(records, api_version)
-            info, hw_moved = partition.append(bytearray(records), ts)
+            info, hw_moved = partition.append(bytearray(records), ts, origin)
         except KafkaStorageError as exc:  # logged once, when its dir went offline
             return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
         except KafkaError as exc:
@@ -139,18 +278,20 @@ class ReplicaManager:
     # -- fetch ------------------------------------------------------------------------------
     def fetch_messages(
         self, fetches: list[PartitionFetch], max_bytes: int, min_bytes: int, max_wait_ms: int,
-        limit: Callable[[], int] | None = None,
+        limit: Callable[[], int] | None = None, isolation_level: int = READ_UNCOMMITTED,
     ) -> list[FetchResult] | Awaitable[list[FetchResult]]:
-        """Read up to each high watermark; below ``min_bytes`` park a DelayedFetch that reads
-        again when enough became readable, a partition changed under it, or the wait ends.
+        """Read up to each high watermark (read_committed: last stable offset); below
+        ``min_bytes`` park a DelayedFetch that reads again when enough became readable, a
+        partition changed under it, or the wait ends.
 
         ``limit`` is the most the caller may take when the read happens (the connection's
         share of the memory budget); at 0 the answer is empty and immediate, as a fetch
         throttled by a quota is.
         """
+        committed = isolation_level == READ_COMMITTED
         if limit is not None and limit() <= 0:
-            return self.read_from_log(fetches, 0, min_one=False)
-        results = self.read_from_log(fetches, _capped(max_bytes, limit))
+            return self.read_from_log(fetches, 0, min_one=False, read_committed=committed)
+        results = self.read_from_log(fetches, _capped(max_bytes, limit), read_committed=committed)
         total = sum(len(r.records) for r in results)
         has_error = any(r.error != ErrorCode.NONE for r in results)
         if max_wait_ms <= 0 or total >= min_bytes or has_error or not fetches:
@@ -160,19 +301,21 @@ class ReplicaManager:
                    for f in fetches]
         def read() -> list[FetchResult]:
             capped = _capped(max_bytes, limit)
-            return self.read_from_log(fetches, capped, min_one=capped > 0)
+            return self.read_from_log(fetches, capped, min_one=capped > 0,
+                                      read_committed=committed)
 
         op = DelayedFetch(max_wait_ms, partitions, watched, total, min_bytes,  # type: ignore[arg-type]
-                          read)
+                          read, read_committed=committed)
         self.fetch_purgatory.try_complete_else_watch(op, [w[0] for w in watched])
         return op.future
 
-    def read_from_log(self, fetches: list[PartitionFetch], max_bytes: int, min_one: bool = True
-                      ) -> list[FetchResult]:
+    def read_from_log(self, fetches: list[PartitionFetch], max_bytes: int, min_one: bool = True,
+                      read_committed: bool = False) -> list[FetchResult]:
         """KIP-74: the first batch of the first partition with data is returned whole even when
         larger than the limits, so a consumer always makes progress; after it, each partition's
         max_bytes and the response's max_bytes bound what is read. ``min_one=False`` drops that
-        guarantee (a throttled fetch)."""
+        guarantee (a throttled fetch). read_committed stops at the last stable offset and lists
+        the aborted transactions the data overlaps, so the consumer can drop their records."""
         remaining = max_bytes
         results: list[FetchResult] = []
         for f in fetches:
@@ -184,15 +327,19 @@ class ReplicaManager:
                 results.append(FetchResult(ErrorCode.KAFKA_STORAGE_ERROR))
                 continue
             hw = p.high_watermark
+            lso = p.last_stable_offset
             if f.max_bytes < 0:  # Kafka's LocalLog.read refuses it; the partition answers so
                 results.append(FetchResult(ErrorCode.UNKNOWN_SERVER_ERROR, b"", hw,
-                                           p.log_start_offset))
+                                           p.log_start_offset, lso))
                 continue
+            upper = lso if read_committed else hw
             try:
-                data = p.log.read(f.fetch_offset, min(f.max_bytes, max(remaining, 0)), hw, min_one)
+                data = p.log.read(f.fetch_offset, min(f.max_bytes, max(remaining, 0)), upper,
+                                  min_one)
+                aborted = (_aborted_in(p, f.fetch_offset, data) if read_committed else None)
             except OffsetOutOfRangeError:
                 results.append(FetchResult(ErrorCode.OFFSET_OUT_OF_RANGE, b"", hw,
-                                           p.log_start_offset))
+                                           p.log_start_offset, lso))
                 continue
             except KafkaStorageError:  # the read failed: the dir is offline now
                 results.append(FetchResult(ErrorCode.KAFKA_STORAGE_ERROR))
@@ -200,7 +347,8 @@ class ReplicaManager:
             if data:
                 min_one = False
                 remaining -= len(data)
-            results.append(FetchResult(ErrorCode.NONE, data, hw, p.log_start_offset))
+            results.append(FetchResult(ErrorCode.NONE, data, hw, p.log_start_offset, lso,
+                                       aborted))
         return results
 
     # -- retention ----------------------------------------------------------------------------
@@ -358,6 +506,22 @@ class ReplicaManager:
 
     def shutdown(self) -> None:
         self._flush_executor.shutdown(wait=True)
+
+
+def _aborted_in(partition: Partition, fetch_offset: int, data: bytes | memoryview
+                ) -> list[AbortedTxn]:
+    """Aborted transactions overlapping [fetch_offset, the end of the last batch read)."""
+    if not data:
+        return []
+    return partition.log.collect_aborted_transactions(fetch_offset, _next_offset_of(data))
+
+
+def _next_offset_of(data: bytes | memoryview) -> int:
+    """The offset after the last whole batch in ``data`` (headers only)."""
+    next_offset = -1
+    for _pos, header in iter_batches(data):
+        next_offset = header.next_offset
+    return next_offset
 
 
 def _capped(max_bytes: int, limit: Callable[[], int] | None) -> int:

@@ -1,7 +1,9 @@
 """Fetch (key 1): the ReplicaManager reads (or parks the fetch until min_bytes are readable).
 
 This module owns the request's view: KIP-227 fetch sessions: an incremental request names
-only changed partitions and its response carries only partitions with news.
+only changed partitions and its response carries only partitions with news. A read_committed
+fetch (isolation_level 1) reads up to the last stable offset and gets the aborted
+transactions of what it read (null for read_uncommitted, as Kafka answers).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
 
 TopicResponse = FetchResponse.FetchableTopicResponse
 PartitionData = TopicResponse.PartitionData
+AbortedTransaction = PartitionData.AbortedTransaction
 
 
 def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
@@ -37,7 +40,8 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     # gets empty ones (as a quota-throttled fetch does) instead of the broker's memory.
     allowance = request.connection.response_allowance
     results = ctx.replica_manager.fetch_messages(fetches, req.max_bytes, req.min_bytes,
-                                                 req.max_wait_ms, limit=allowance)
+                                                 req.max_wait_ms, limit=allowance,
+                                                 isolation_level=req.isolation_level)
 
     def respond(res: list[FetchResult]) -> FetchResponse:
         return _response(wanted, res, version, session_id, incremental)
@@ -95,6 +99,13 @@ def _requested(ctx: ApiContext, req: Any, version: int) -> dict[Any, CachedParti
     return out
 
 
+def _aborted(r: FetchResult) -> list[AbortedTransaction] | None:
+    if r.aborted is None:
+        return None
+    return [AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+            for a in r.aborted]
+
+
 def _response(wanted: list[CachedPartition], results: list[FetchResult], version: int,
               session_id: int, incremental: bool) -> FetchResponse:
     topics: dict[Any, list[PartitionData]] = {}
@@ -113,8 +124,9 @@ def _response(wanted: list[CachedPartition], results: list[FetchResult], version
         topics.setdefault(key, []).append(
             PartitionData(
                 partition_index=w.index, error_code=error,
-                high_watermark=r.high_watermark, last_stable_offset=r.high_watermark,
-                log_start_offset=r.log_start_offset, aborted_transactions=None,
+                high_watermark=r.high_watermark, last_stable_offset=r.last_stable_offset,
+                log_start_offset=r.log_start_offset,
+                aborted_transactions=_aborted(r),
                 preferred_read_replica=-1, records=r.records,
             )
         )

@@ -1,4 +1,8 @@
-"""ListOffsets (key 2): earliest (-2), latest (-1), max timestamp (-3), or by timestamp."""
+"""ListOffsets (key 2): earliest (-2), latest (-1), max timestamp (-3), or by timestamp.
+
+What a consumer may read ends at the high watermark, or for read_committed (isolation_level 1,
+v2+) at the last stable offset: "latest" answers that bound and no lookup answers beyond it.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
 
 def handle(ctx: ApiContext, request: Request) -> ListOffsetsResponse:
+    read_committed = getattr(request.body, "isolation_level", 0) == 1
     topics = []
     for t in request.body.topics:
         parts = []
@@ -27,7 +32,7 @@ def handle(ctx: ApiContext, request: Request) -> ListOffsetsResponse:
             partition, error = ctx.replica_manager.partition_or_error((t.name, p.partition_index))
             if partition is not None:
                 try:
-                    offset, ts = _lookup(partition, p.timestamp)
+                    offset, ts = _lookup(partition, p.timestamp, read_committed)
                 except KafkaError as exc:  # the log dir failed under the lookup
                     error = ErrorCode(exc.error_code)
             if error != ErrorCode.NONE or partition is None:
@@ -41,16 +46,16 @@ def handle(ctx: ApiContext, request: Request) -> ListOffsetsResponse:
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 
 
-def _lookup(partition: Partition, timestamp: int) -> tuple[int, int]:
-    """Offsets a consumer may read stop at the high watermark."""
+def _lookup(partition: Partition, timestamp: int, read_committed: bool) -> tuple[int, int]:
+    end = partition.last_stable_offset if read_committed else partition.high_watermark
     if timestamp == LATEST:
-        return partition.high_watermark, -1
+        return end, -1
     if timestamp == EARLIEST:
         return partition.log_start_offset, -1
     if timestamp == MAX_TIMESTAMP:
         found = partition.log.max_timestamp_offset()
     else:
         found = partition.log.offset_for_timestamp(timestamp)
-    if found is None or found[0] >= partition.high_watermark:
+    if found is None or found[0] >= end:
         return -1, -1
     return found

@@ -87,14 +87,16 @@ def fetch_response(frame: bytes):
 
 
 def fetched_values(records: bytes | None) -> list[tuple[int, bytes | None]]:
-    """(offset, value) of every record in a fetched partition's record set."""
+    """(offset, value) of every record in a fetched partition's record set; control batches
+    (transaction markers) are skipped, as consumers skip them."""
     out: list[tuple[int, bytes | None]] = []
     mr = MemoryRecords(bytes(records or b""))
     while mr.has_next():
         batch = mr.next_batch()
         if batch is None:
             break
-        out.extend((r.offset, r.value) for r in batch)
+        if not batch.is_control_batch:
+            out.extend((r.offset, r.value) for r in batch)
     return out
 
 

@@ -154,7 +154,7 @@ async def test_parked_fetch_expires_empty_at_max_wait(parts: Components) -> None
     assert not fut.done(), "expired before max_wait_ms"
     await parts.advance(1)
     assert fut.done(), "not answered at max_wait_ms"
-    assert fut.result() == [FetchResult(ErrorCode.NONE, b"", 1, 0)]
+    assert fut.result() == [FetchResult(ErrorCode.NONE, b"", 1, 0, 1)]
 
 
 async def test_retention_past_a_parked_fetch_answers_offset_out_of_range(
