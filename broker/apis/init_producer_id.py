@@ -1,33 +1,57 @@
-"""InitProducerId (key 22): a producer id and epoch for the idempotent producer.
+"""InitProducerId (key 22): a producer id and epoch for an idempotent or transactional producer.
 
-Transactions are not served: a transactional id is refused. From v3 a producer may present its
-current id and epoch to have the epoch bumped (KIP-360), which resets its sequence numbers.
+Without a transactional id any broker hands out a new id (from v3 a producer may present its
+current id and epoch to have the epoch bumped, KIP-360, which resets its sequence numbers). With
+one, the transaction coordinator answers: the id's producer id at its next epoch, which fences
+every older instance. Before v4 a client does not know PRODUCER_FENCED and is told
+INVALID_PRODUCER_EPOCH instead, as Kafka's KafkaApis does.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from kafka.protocol.producer import InitProducerIdResponse
 
+from broker.apis.deferred import answer_later
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from broker.context import ApiContext
     from broker.network.request import Request
+    from broker.txn import InitProducerIdResult
 
 _MAX_EPOCH = 32767
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
 
 
-def handle(ctx: ApiContext, request: Request) -> InitProducerIdResponse:
+def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     req = request.body
-    if req.transactional_id is not None:
-        return _answer(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, -1)
-    pid = getattr(req, "producer_id", -1)
-    epoch = getattr(req, "producer_epoch", -1)
-    if pid >= 0 and 0 <= epoch < _MAX_EPOCH - 1:
-        return _answer(ErrorCode.NONE, pid, epoch + 1)
-    return _answer(ErrorCode.NONE, ctx.producer_ids.generate(), 0)
+    pid = getattr(req, "producer_id", NO_PRODUCER_ID)
+    epoch = getattr(req, "producer_epoch", NO_PRODUCER_EPOCH)
+    if req.transactional_id is None:
+        if pid >= 0 and 0 <= epoch < _MAX_EPOCH - 1:
+            return _answer(ErrorCode.NONE, pid, epoch + 1)
+        return _answer(ErrorCode.NONE, ctx.producer_ids.generate(), 0)
+    if ctx.transactions is None:
+        return _answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
+    if (pid == NO_PRODUCER_ID) != (epoch == NO_PRODUCER_EPOCH):
+        return _answer(ErrorCode.INVALID_REQUEST, NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
+    expected = (pid, epoch) if pid != NO_PRODUCER_ID else None
+    result = ctx.transactions.init_producer_id(req.transactional_id, req.transaction_timeout_ms,
+                                               expected)
+
+    def build(r: InitProducerIdResult) -> InitProducerIdResponse:
+        error = r.error
+        if error == ErrorCode.PRODUCER_FENCED and request.version < 4:
+            error = ErrorCode.INVALID_PRODUCER_EPOCH
+        return _answer(error, r.producer_id, r.producer_epoch)
+
+    if isinstance(result, asyncio.Future):
+        return answer_later(result, build)
+    return build(result)
 
 
 def _answer(error: ErrorCode, pid: int, epoch: int) -> InitProducerIdResponse:

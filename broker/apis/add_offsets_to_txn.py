@@ -1,0 +1,38 @@
+"""AddOffsetsToTxn (key 25): the group's `__consumer_offsets` partition joins the transaction, so
+its TxnOffsetCommit becomes visible (or not) with the transaction's marker. Before v2
+PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH, as Kafka's KafkaApis does."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from kafka.protocol.producer import AddOffsetsToTxnResponse
+
+from broker.apis.deferred import answer_later
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.context import ApiContext
+    from broker.network.request import Request
+
+
+def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
+    req = request.body
+    if ctx.transactions is None:
+        return _answer(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
+    def build(error: ErrorCode) -> AddOffsetsToTxnResponse:
+        if error == ErrorCode.PRODUCER_FENCED and request.version < 2:
+            error = ErrorCode.INVALID_PRODUCER_EPOCH
+        return _answer(error)
+
+    result = ctx.transactions.add_offsets(req.transactional_id, req.producer_id,
+                                          req.producer_epoch, req.group_id)
+    if isinstance(result, asyncio.Future):
+        return answer_later(result, build)
+    return build(result)
+
+
+def _answer(error: ErrorCode) -> AddOffsetsToTxnResponse:
+    return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=error)

@@ -1,0 +1,111 @@
+"""AddPartitionsToTxn (key 24): partitions join a producer's transaction before it writes to them.
+
+v0-v3 come from clients: one transactional id. v4+ (KIP-890) come from brokers: a batch of
+transactions, each of which may be ``verify_only`` (is the partition already in the
+transaction?). As Kafka's KafkaApis: an unknown partition fails the whole transaction
+(UNKNOWN_TOPIC_OR_PARTITION for it, OPERATION_NOT_ATTEMPTED for the others), a client may not add
+an internal topic's partition itself (TOPIC_AUTHORIZATION_FAILED: offsets join through
+AddOffsetsToTxn), and before v2 PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from kafka.protocol.producer import AddPartitionsToTxnResponse
+
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.context import ApiContext
+    from broker.network.request import Request
+
+TopicResult = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
+PartitionResult = TopicResult.AddPartitionsToTxnPartitionResult
+TxnResult = AddPartitionsToTxnResponse.AddPartitionsToTxnResult
+TopicPartition = tuple[str, int]
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
+    req = request.body
+    version = request.version
+    if version < 4:
+        txns = [(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
+                 req.v3_and_below_producer_epoch, False, req.v3_and_below_topics)]
+    else:
+        txns = [(t.transactional_id, t.producer_id, t.producer_epoch, t.verify_only, t.topics)
+                for t in req.transactions]
+    ids = [t[0] for t in txns]
+    pending = [_one(ctx, version, *t) for t in txns]
+    if all(isinstance(r, dict) for r in pending):
+        return _response(version, list(zip(ids, pending, strict=True)))  # type: ignore[arg-type]
+    loop = asyncio.get_running_loop()
+    waits = [r if isinstance(r, asyncio.Future) else _done(loop, r) for r in pending]
+    answer: asyncio.Future[AddPartitionsToTxnResponse] = loop.create_future()
+
+    def gathered(f: asyncio.Future[list[dict[TopicPartition, ErrorCode]]]) -> None:
+        if f.exception() is not None:
+            answer.set_exception(f.exception())  # type: ignore[arg-type]
+        else:
+            answer.set_result(_response(version, list(zip(ids, f.result(), strict=True))))
+
+    asyncio.gather(*waits).add_done_callback(gathered)
+    return answer
+
+
+def _one(ctx: ApiContext, version: int, tid: str, pid: int, epoch: int, verify_only: bool,
+         topics: list) -> dict[TopicPartition, ErrorCode] | asyncio.Future:
+    """One transaction's partitions and their errors (now, or once its log write commits)."""
+    tps = [(t.name, p) for t in topics for p in t.partitions]
+    failed: dict[TopicPartition, ErrorCode] = {}
+    for tp in tps:
+        if version < 4 and tp[0] in INTERNAL_TOPICS:
+            failed[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        elif tp not in ctx.replica_manager.partitions:
+            failed[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if failed:
+        return {tp: failed.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in tps}
+    if ctx.transactions is None:
+        return {tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in tps}
+    if verify_only:
+        return ctx.transactions.verify_partitions(tid, pid, epoch, tps)
+
+    def per_partition(error: ErrorCode) -> dict[TopicPartition, ErrorCode]:
+        if error == ErrorCode.PRODUCER_FENCED and version < 2:
+            error = ErrorCode.INVALID_PRODUCER_EPOCH
+        return {tp: error for tp in tps}
+
+    result = ctx.transactions.add_partitions(tid, pid, epoch, tps)
+    if not isinstance(result, asyncio.Future):
+        return per_partition(result)
+    out: asyncio.Future[dict[TopicPartition, ErrorCode]] = result.get_loop().create_future()
+    result.add_done_callback(lambda f: out.set_result(per_partition(f.result())))
+    return out
+
+
+def _done(loop: asyncio.AbstractEventLoop, value: object) -> asyncio.Future:
+    fut = loop.create_future()
+    fut.set_result(value)
+    return fut
+
+
+def _topic_results(errors: dict[TopicPartition, ErrorCode]) -> list:
+    topics: dict[str, list] = {}
+    for (topic, index), error in errors.items():
+        topics.setdefault(topic, []).append(
+            PartitionResult(partition_index=index, partition_error_code=error))
+    return [TopicResult(name=t, results_by_partition=ps) for t, ps in topics.items()]
+
+
+def _response(version: int, results: list[tuple[str, dict[TopicPartition, ErrorCode]]]
+              ) -> AddPartitionsToTxnResponse:
+    if version < 4:
+        [(_tid, errors)] = results
+        return AddPartitionsToTxnResponse(throttle_time_ms=0,
+                                          results_by_topic_v3_and_below=_topic_results(errors))
+    return AddPartitionsToTxnResponse(
+        throttle_time_ms=0, error_code=ErrorCode.NONE,
+        results_by_transaction=[TxnResult(transactional_id=tid, topic_results=_topic_results(e))
+                                for tid, e in results])

@@ -1,0 +1,32 @@
+"""ListTransactions (key 66): the transactional ids this coordinator knows, filtered by state
+names and producer ids (every filter given must match; unknown state names are echoed back),
+and from v1 by duration: only transactions running longer than ``duration_filter`` ms."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kafka.protocol.admin import ListTransactionsResponse
+
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.context import ApiContext
+    from broker.network.request import Request
+
+State = ListTransactionsResponse.TransactionState
+
+
+def handle(ctx: ApiContext, request: Request) -> ListTransactionsResponse:
+    req = request.body
+    if ctx.transactions is None:
+        return ListTransactionsResponse(throttle_time_ms=0,
+                                        error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                        unknown_state_filters=[], transaction_states=[])
+    result = ctx.transactions.list_transactions(
+        req.producer_id_filters, req.state_filters, getattr(req, "duration_filter", -1))
+    return ListTransactionsResponse(
+        throttle_time_ms=0, error_code=result.error,
+        unknown_state_filters=result.unknown_state_filters,
+        transaction_states=[State(transactional_id=t.transactional_id, producer_id=t.producer_id,
+                                  transaction_state=t.state) for t in result.transactions])

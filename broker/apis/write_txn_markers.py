@@ -1,0 +1,92 @@
+"""WriteTxnMarkers (key 27): end-transaction markers written on a coordinator's behalf (Kafka's
+brokers send it to partition leaders; the admin client's abortTransaction sends it too).
+
+Each marker is appended to its partitions with acks=all through the ReplicaManager; an unknown
+partition is UNKNOWN_TOPIC_OR_PARTITION without an append. Once markers on `__consumer_offsets`
+are written the group coordinator materializes (or drops) the producer's pending offsets, as
+Kafka's handleWriteTxnMarkersRequest does; if that fails those partitions answer
+UNKNOWN_SERVER_ERROR.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import structlog
+from kafka.protocol.producer import WriteTxnMarkersResponse
+
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.context import ApiContext
+    from broker.network.request import Request
+
+log = structlog.get_logger("broker.txn")
+
+MarkerResult = WriteTxnMarkersResponse.WritableTxnMarkerResult
+TopicResult = MarkerResult.WritableTxnMarkerTopicResult
+PartitionResult = TopicResult.WritableTxnMarkerPartitionResult
+TopicPartition = tuple[str, int]
+OFFSETS_TOPIC = "__consumer_offsets"
+REQUEST_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms bounds the append
+
+
+def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
+    markers = request.body.markers
+    loop = asyncio.get_running_loop()
+    waits = [_write(ctx, loop, m) for m in markers]
+    if not waits:
+        return WriteTxnMarkersResponse(markers=[])
+    answer: asyncio.Future[WriteTxnMarkersResponse] = loop.create_future()
+
+    def gathered(f: asyncio.Future[list[dict[TopicPartition, ErrorCode]]]) -> None:
+        if f.exception() is not None:
+            answer.set_exception(f.exception())  # type: ignore[arg-type]
+            return
+        answer.set_result(WriteTxnMarkersResponse(markers=[
+            MarkerResult(producer_id=m.producer_id, topics=_topics(errors))
+            for m, errors in zip(markers, f.result(), strict=True)]))
+
+    asyncio.gather(*waits).add_done_callback(gathered)
+    return answer
+
+
+def _write(ctx: ApiContext, loop: asyncio.AbstractEventLoop, marker) -> asyncio.Future:  # type: ignore[no-untyped-def]
+    """One marker's partitions and their errors, once its appends are committed."""
+    tps = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
+    errors = {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for tp in tps
+              if tp not in ctx.replica_manager.partitions}
+    known = [tp for tp in tps if tp not in errors]
+    done: asyncio.Future[dict[TopicPartition, ErrorCode]] = loop.create_future()
+    if not known:
+        done.set_result(errors)
+        return done
+    commit = bool(marker.transaction_result)
+    written = ctx.replica_manager.write_txn_markers(
+        marker.producer_id, marker.producer_epoch, marker.coordinator_epoch, commit, known,
+        REQUEST_TIMEOUT_MS)
+
+    def appended(f: asyncio.Future[dict[TopicPartition, ErrorCode]]) -> None:
+        results = {**errors, **f.result()}
+        offsets = [tp for tp, e in results.items() if tp[0] == OFFSETS_TOPIC and e == 0]
+        if offsets:
+            try:
+                ctx.groups.handle_txn_completion(  # type: ignore[attr-defined]
+                    marker.producer_id, [p for _t, p in offsets], commit)
+            except Exception:
+                log.exception("offsets not materialized after markers",
+                              producer_id=marker.producer_id)
+                results.update({tp: ErrorCode.UNKNOWN_SERVER_ERROR for tp in offsets})
+        done.set_result(results)
+
+    asyncio.ensure_future(written).add_done_callback(appended)
+    return done
+
+
+def _topics(errors: dict[TopicPartition, ErrorCode]) -> list:
+    topics: dict[str, list] = {}
+    for (topic, index), error in errors.items():
+        topics.setdefault(topic, []).append(PartitionResult(partition_index=index,
+                                                            error_code=error))
+    return [TopicResult(name=t, partitions=ps) for t, ps in topics.items()]
