@@ -19,6 +19,7 @@ import structlog
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
+from broker.log.log import AppendOrigin
 from broker.txn.metadata import TransactionMetadata, TransactionState, TxnTransit
 from protocol.errors import ErrorCode
 
@@ -227,7 +228,8 @@ class TransactionStateLog:
         builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 30)
         builder.append(0, self._wall_ms(), key_bytes(transactional_id), value, [])
         appended = self.replica_manager.append_records(
-            [(tp, bytes(builder.build()))], api_version=11, acks=-1, timeout_ms=timeout_ms)
+            [(tp, bytes(builder.build()))], api_version=11, acks=-1, timeout_ms=timeout_ms,
+            origin=AppendOrigin.COORDINATOR)
         if isinstance(appended, dict):
             fut.set_result(appended[tp].error)
             return fut
