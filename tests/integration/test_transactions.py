@@ -35,7 +35,6 @@ from tests.support.clients import (
     numbered,
     unique_topic,
     wait_until,
-    watermarks,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -400,18 +399,29 @@ def vals(prefix: str, n: int) -> list[bytes]:
     return [f"{prefix}-{i}".encode() for i in range(n)]
 
 
-def stable_end(bootstrap: str, topic: str, partition: int = 0) -> int:
-    """The end offset a read_committed consumer sees (ListOffsets latest with isolation level
-    read_committed: the last stable offset)."""
+def _end_offset(bootstrap: str, topic: str, partition: int, isolation: str) -> int:
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "broker.address.family": "v4",
-                  "group.id": "never-joined", "isolation.level": "read_committed"})
+                  "group.id": "never-joined", "isolation.level": isolation})
     try:
         return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10,
                                        cached=False)[1]
     finally:
         c.close()
+
+
+def stable_end(bootstrap: str, topic: str, partition: int = 0) -> int:
+    """The end offset a read_committed consumer sees (ListOffsets latest with isolation level
+    read_committed: the last stable offset)."""
+    return _end_offset(bootstrap, topic, partition, "read_committed")
+
+
+def high_watermark(bootstrap: str, topic: str, partition: int = 0) -> int:
+    """ListOffsets latest with read_uncommitted: the high watermark. (librdkafka's default
+    isolation level is read_committed, so tests.support.clients.watermarks gives the last
+    stable offset.)"""
+    return _end_offset(bootstrap, topic, partition, "read_uncommitted")
 
 
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
@@ -487,7 +497,7 @@ def test_commit_is_read_in_order(txn_broker: BrokerProcess, made, client: str) -
     for p in range(2):
         assert values(rows, p) == sent[p], f"partition {p}"
         assert [o for q, o, _v in rows if q == p] == list(range(10)), f"partition {p}"
-        assert watermarks(txn_broker.bootstrap, topic, p) == (0, 11)
+        assert high_watermark(txn_broker.bootstrap, topic, p) == 11
         assert stable_end(txn_broker.bootstrap, topic, p) == 11
 
 
@@ -513,7 +523,7 @@ def test_aborted_records_only_read_uncommitted(txn_broker: BrokerProcess, made,
         else:
             end()
     # 15 records and 3 markers
-    assert watermarks(txn_broker.bootstrap, topic) == (0, 18)
+    assert high_watermark(txn_broker.bootstrap, topic) == 18
 
     committed_reader = made("reader", client, "read_committed", assign=[(topic, 0)])
     rows = read_until(committed_reader, has_all(last), WAIT, "read_committed")
@@ -646,7 +656,7 @@ def test_read_committed_waits_for_open_transaction(txn_broker: BrokerProcess, ma
         producer.send(topic, 0, v)
     producer.flush()
     confluent_produce(bootstrap, topic, numbered(2, "after"))
-    assert watermarks(bootstrap, topic) == (0, 9)
+    assert high_watermark(bootstrap, topic) == 9
     assert stable_end(bootstrap, topic) == 3
 
     reader = made("reader", client, "read_committed", assign=[(topic, 0)])
@@ -704,7 +714,7 @@ def test_transaction_timeout_aborts(txn_broker: BrokerProcess, made, client: str
     with pytest.raises(Exception) as caught:  # EndTxn with the epoch before the abort's bump
         stale.commit()
     assert stale.is_fenced(caught.value), f"not the fenced error: {caught.value!r}"
-    assert stable_end(bootstrap, topic) == watermarks(bootstrap, topic)[1]
+    assert stable_end(bootstrap, topic) == high_watermark(bootstrap, topic)
     rows += read_for(reader, 0.5)
     assert values(rows) == vals("kept", 3)
 

@@ -26,13 +26,14 @@ from tests.integration.test_transactions import (
     ConfluentTxn,
     Reader,
     has_all,
+    high_watermark,
     read_until,
     stable_end,
     vals,
     values,
 )
 from tests.support.broker import BrokerProcess
-from tests.support.clients import create_topic, unique_topic, wait_until, watermarks
+from tests.support.clients import create_topic, unique_topic, wait_until
 
 PARTITIONS = 2
 OVERRIDES = {
@@ -52,7 +53,7 @@ def _kill_and_restart(b: BrokerProcess) -> None:
 
 def _all_stable(b: BrokerProcess, topic: str) -> bool:
     """Every partition's last stable offset is its high watermark: nothing is open."""
-    return all(stable_end(b.bootstrap, topic, p) == watermarks(b.bootstrap, topic, p)[1]
+    return all(stable_end(b.bootstrap, topic, p) == high_watermark(b.bootstrap, topic, p)
                for p in range(PARTITIONS))
 
 
@@ -95,11 +96,11 @@ def test_kill_mid_transaction(broker_factory, ended_by: str) -> None:
         producer.begin()
         _send(producer, topic, "open", 5)
         producer.flush()  # acknowledged, so on disk; never committed
-        ends = [watermarks(b.bootstrap, topic, p)[1] for p in range(PARTITIONS)]
+        ends = [high_watermark(b.bootstrap, topic, p) for p in range(PARTITIONS)]
         assert ends == [11, 11] and stable_end(b.bootstrap, topic) == 6
 
         _kill_and_restart(b)
-        assert [watermarks(b.bootstrap, topic, p)[1] for p in range(PARTITIONS)] == ends
+        assert [high_watermark(b.bootstrap, topic, p) for p in range(PARTITIONS)] == ends
     finally:
         producer.close()
 
@@ -125,7 +126,7 @@ def test_kill_mid_transaction(broker_factory, ended_by: str) -> None:
         finally:
             other.close()
     # 5 committed, a marker, 5 open, the abort marker, 3 later and their marker
-    assert [watermarks(b.bootstrap, topic, p)[1] for p in range(PARTITIONS)] == [16, 16]
+    assert [high_watermark(b.bootstrap, topic, p) for p in range(PARTITIONS)] == [16, 16]
     wait_until(lambda: _all_stable(b, topic), 20, "the last stable offset at the end")
     _read_committed(b, topic, {p: committed[p] + later[p] for p in range(PARTITIONS)})
 
@@ -161,6 +162,8 @@ def test_kill_right_after_commit(broker_factory) -> None:
                    f"round {r}: the acknowledged commit completed after the restart",
                    interval=0.2)
         _read_committed(b, topic, expected)
-    ends = [watermarks(b.bootstrap, topic, p)[1] for p in range(PARTITIONS)]
-    # per round and partition: 4 aborted + marker + 4 committed + marker
-    assert ends == [10 * ROUNDS] * PARTITIONS
+    ends = [high_watermark(b.bootstrap, topic, p) for p in range(PARTITIONS)]
+    # Per round and partition: 4 aborted, a marker, 4 committed, a marker; and a second commit
+    # marker when the kill came before CompleteCommit was written (the restarted coordinator
+    # writes the markers of PrepareCommit again, as Kafka's does).
+    assert all(10 * ROUNDS <= e <= 11 * ROUNDS for e in ends), ends
