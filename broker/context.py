@@ -2,14 +2,13 @@
 
 Every handler has the same signature, ``handle(ctx: ApiContext, request: Request)``, and reaches
 only these owners: the node's identity, topic administration, the ReplicaManager, the group
-coordinator, the fetch-session cache and the producer-id manager. Nothing here imports the
-server; the server builds this.
+coordinator, the fetch-session cache, the producer-id manager and the transaction coordinator.
+Nothing here imports the server; the server builds this.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from broker.config import BrokerConfig
 from broker.fetch_session import FetchSessionCache
@@ -17,6 +16,7 @@ from broker.group.coordinator import GroupCoordinator
 from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager
 from broker.topic_admin import TopicAdmin
+from broker.txn import TransactionCoordinator
 
 
 @dataclass(slots=True)
@@ -38,4 +38,4 @@ class ApiContext:
     groups: GroupCoordinator
     fetch_sessions: FetchSessionCache
     producer_ids: ProducerIdManager
-    transactions: Any = None  # the TransactionCoordinator, wired by the server
+    transactions: TransactionCoordinator

@@ -633,13 +633,23 @@ class BrokerCollector(Collector):
         by_state = GaugeMetricFamily(f"{PREFIX}_transactions",
                                      "Transactional ids known to the coordinator, by state.",
                                      labels=["state"])
-        counts: dict[str, int] = {}
+        from broker.txn import TransactionState
+
+        counts = dict.fromkeys(TransactionState, 0)
         for txn in list(transactions.transactions.values()):
-            name = getattr(txn.state, "name", str(txn.state))
-            counts[name] = counts.get(name, 0) + 1
-        for name in sorted(counts):
-            by_state.add_metric([name], counts[name])
+            counts[txn.state] += 1
+        for state, n in counts.items():
+            by_state.add_metric([state.kafka_name], n)
         yield by_state
+        yield CounterMetricFamily(
+            f"{PREFIX}_txn_timed_out", "Transactions aborted by the coordinator at their "
+            "transaction.timeout.ms (since start).", value=transactions.timed_out)
+        yield CounterMetricFamily(
+            f"{PREFIX}_txn_ids_expired", "Transactional ids forgotten after "
+            "transactional.id.expiration.ms (since start).", value=transactions.expired_ids)
+        yield GaugeMetricFamily(
+            f"{PREFIX}_txn_pending_markers", "Transactions whose markers are being written.",
+            value=transactions.pending_markers)
 
 
 # -- the endpoint ---------------------------------------------------------------------------------

@@ -126,7 +126,7 @@ class ReplicaManager:
         if acks not in VALID_ACKS:
             return {tp: ProduceResult(ErrorCode.INVALID_REQUIRED_ACKS) for tp, _ in entries}
         entries = list(entries)
-        refused = self._verify_transaction(entries, transactional_id)
+        refused = self._verify_transaction(entries, transactional_id, api_version)
         results: ProduceResults = {}
         ts = now_ms()
         for tp, records in entries:
@@ -149,7 +149,8 @@ class ReplicaManager:
         return op.future
 
     def _verify_transaction(
-        self, entries: list[tuple[TopicPartition, bytes | None]], transactional_id: str | None
+        self, entries: list[tuple[TopicPartition, bytes | None]], transactional_id: str | None,
+        api_version: int,
     ) -> dict[TopicPartition, ProduceResult]:
         """Kafka's handleProduceAppend: partitions of a transactional produce whose producer has
         no transaction open there yet are checked with the coordinator; refusals by partition.
@@ -181,17 +182,17 @@ class ReplicaManager:
         ((producer_id, epoch),) = producers
         refused: dict[TopicPartition, ProduceResult] = {}
         for tp in to_verify:
-            error = verify(transactional_id, producer_id, epoch, tp)
+            error = _verification_error(verify(transactional_id, producer_id, epoch, tp),
+                                        api_version)
             if error == ErrorCode.NONE:
                 continue
+            message = None
             if error == ErrorCode.INVALID_TXN_STATE:
                 message = "Partition was not added to the transaction"
             elif error in _RETRIABLE_VERIFICATION_ERRORS:
                 message = ("Unable to verify the partition has been added to the transaction. "
                            f"Underlying error: {error.name}")
                 error = ErrorCode.NOT_ENOUGH_REPLICAS
-            else:
-                message = None
             log.info("transactional produce refused", topic=tp[0], partition=tp[1],
                      transactional_id=transactional_id, error=error.name)
             refused[tp] = ProduceResult(error, message=message)
@@ -506,6 +507,17 @@ class ReplicaManager:
 
     def shutdown(self) -> None:
         self._flush_executor.shutdown(wait=True)
+
+
+def _verification_error(error: ErrorCode, produce_version: int) -> ErrorCode:
+    """The coordinator's answer as Kafka's AddPartitionsToTxnManager hands it to a produce:
+    producers expect INVALID_PRODUCER_EPOCH when fenced, and TRANSACTION_ABORTABLE is known
+    to clients from Produce v11 only (older ones are told INVALID_TXN_STATE)."""
+    if error == ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if error == ErrorCode.TRANSACTION_ABORTABLE and produce_version <= 10:
+        return ErrorCode.INVALID_TXN_STATE
+    return error
 
 
 def _aborted_in(partition: Partition, fetch_offset: int, data: bytes | memoryview

@@ -28,6 +28,7 @@ from broker.network.request_channel import HandlerResult, Request, RequestChanne
 from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager
 from broker.topic_admin import TopicAdmin, log_config
+from broker.txn import TransactionCoordinator
 from purgatory import Timer
 
 log = structlog.get_logger("broker")
@@ -43,6 +44,7 @@ class Broker:
         self.context: ApiContext | None = None
         self.channel: RequestChannel | None = None
         self.replica_manager: ReplicaManager | None = None
+        self.transactions: TransactionCoordinator | None = None
         self.server: asyncio.base_events.Server | None = None
         self.port = 0
         self.metrics: BrokerMetrics | None = None
@@ -65,10 +67,15 @@ class Broker:
         coordinator = GroupCoordinator(GroupConfig.of(cfg), timer, store,
                                        rm.partitions.__contains__)
         coordinator.start()
+        transactions = self.transactions = TransactionCoordinator(
+            cfg, timer, rm, topics, self.producer_ids, coordinator.handle_txn_completion,
+            coordinator.partition_for)
+        transactions.start()
+        rm.verify_transaction = transactions.verify_partition
         host, port = cfg.listener
         node = Node(cfg["node.id"], *cfg.advertised, self.metadata.cluster_id)
         self.context = ApiContext(node, cfg, topics, rm, coordinator, FetchSessionCache(),
-                                        self.producer_ids)
+                                  self.producer_ids, transactions)
         metrics_listener = cfg.metrics_listener
         if metrics_listener is not None:
             self.metrics = BrokerMetrics(node.node_id)
@@ -78,7 +85,8 @@ class Broker:
             max_connections_per_ip=cfg["max.connections.per.ip"],
             idle_ms=cfg["connections.max.idle.ms"])
         if self.metrics is not None and metrics_listener is not None:
-            self.metrics.observe(self.channel, rm, coordinator, self.metadata, self.log_manager)
+            self.metrics.observe(self.channel, rm, coordinator, self.metadata, self.log_manager,
+                                 transactions)
             self.metrics_server = MetricsServer(self.metrics, *metrics_listener)
             await self.metrics_server.start()
         self.channel.start()
@@ -130,6 +138,8 @@ class Broker:
             self.server.close()
         if self.channel is not None:
             self.channel.mute_all()
+            if self.transactions is not None:
+                self.transactions.shutdown()
             if rm is not None:
                 rm.complete_all_parked()
             await self.channel.stop()

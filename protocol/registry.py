@@ -24,8 +24,14 @@ from kafka.protocol.admin import (
     DescribeConfigsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    DescribeProducersRequest,
+    DescribeProducersResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
 )
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import (
@@ -59,10 +65,20 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
     ProduceRequest,
     ProduceResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 )
 
 
@@ -123,6 +139,17 @@ APIS: dict[int, ApiSpec] = {
         _spec(0, 2, DeleteGroupsRequest, DeleteGroupsResponse),
         _spec(0, 0, OffsetDeleteRequest, OffsetDeleteResponse),
         _spec(0, 5, InitProducerIdRequest, InitProducerIdResponse),
+        # Transactions of transaction version 1 (the transaction.version feature is not
+        # advertised): the versions that mean version 2 (EndTxn v5, TxnOffsetCommit v5,
+        # WriteTxnMarkers v2) are not served.
+        _spec(0, 5, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse),
+        _spec(0, 4, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
+        _spec(0, 4, EndTxnRequest, EndTxnResponse),
+        _spec(0, 1, WriteTxnMarkersRequest, WriteTxnMarkersResponse),
+        _spec(0, 4, TxnOffsetCommitRequest, TxnOffsetCommitResponse),
+        _spec(0, 0, DescribeProducersRequest, DescribeProducersResponse),
+        _spec(0, 0, DescribeTransactionsRequest, DescribeTransactionsResponse),
+        _spec(0, 1, ListTransactionsRequest, ListTransactionsResponse),
     )
 }
 

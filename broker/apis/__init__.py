@@ -1,6 +1,8 @@
 """One module per API, dispatched by API key; each reads top to bottom: validate, act, answer."""
 
 from broker.apis import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     api_versions,
     create_partitions,
     create_topics,
@@ -9,6 +11,9 @@ from broker.apis import (
     describe_cluster,
     describe_configs,
     describe_groups,
+    describe_producers,
+    describe_transactions,
+    end_txn,
     fetch,
     find_coordinator,
     heartbeat,
@@ -17,6 +22,7 @@ from broker.apis import (
     leave_group,
     list_groups,
     list_offsets,
+    list_transactions,
     metadata,
     offset_commit,
     offset_delete,
@@ -24,6 +30,8 @@ from broker.apis import (
     offset_for_leader_epoch,
     produce,
     sync_group,
+    txn_offset_commit,
+    write_txn_markers,
 )
 from protocol.registry import APIS
 
@@ -46,11 +54,19 @@ HANDLERS = {
     20: delete_topics.handle,
     22: init_producer_id.handle,
     23: offset_for_leader_epoch.handle,
+    24: add_partitions_to_txn.handle,
+    25: add_offsets_to_txn.handle,
+    26: end_txn.handle,
+    27: write_txn_markers.handle,
+    28: txn_offset_commit.handle,
     32: describe_configs.handle,
     37: create_partitions.handle,
     42: delete_groups.handle,
     47: offset_delete.handle,
     60: describe_cluster.handle,
+    61: describe_producers.handle,
+    65: describe_transactions.handle,
+    66: list_transactions.handle,
 }
 
 assert set(HANDLERS) == set(APIS), "every served API needs a handler"

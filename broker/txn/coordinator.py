@@ -149,7 +149,6 @@ class TransactionCoordinator:
         self._pending_markers: dict[str, _PendingCompletion] = {}
         # Read by metrics.
         self.transactions: dict[str, TransactionMetadata] = {}
-        self.markers_written = 0
         self.timed_out = 0  # transactions aborted at their timeout
         self.expired_ids = 0  # transactional ids forgotten after transactional.id.expiration.ms
 
@@ -419,7 +418,6 @@ class TransactionCoordinator:
             error = results.get(tp, E.UNKNOWN_TOPIC_OR_PARTITION)
             if error == E.NONE:
                 md.remove_partition(tp)
-                self.markers_written += 1
                 if tp[0] == OFFSETS_TOPIC:
                     offsets.append(tp[1])
             elif error in _MARKER_RETRIABLE:

@@ -44,8 +44,9 @@ def txn_batch(values: list[bytes], seq: int, pid: int = PID, epoch: int = EPOCH)
     return bytes(builder.build())
 
 
-def produce(c: Components, records: bytes, *, txn_id: str | None = None, acks: int = 1):
-    result = c.replica_manager.append_records([(TP, records)], PRODUCE_VERSION, acks, 30_000,
+def produce(c: Components, records: bytes, *, txn_id: str | None = None, acks: int = 1,
+            version: int = PRODUCE_VERSION):
+    result = c.replica_manager.append_records([(TP, records)], version, acks, 30_000,
                                               transactional_id=txn_id)
     assert isinstance(result, dict), "acks=1 on an ungated partition answers at once"
     return result[TP]
@@ -131,28 +132,33 @@ async def test_list_offsets_latest_is_the_lso_for_read_committed(parts: Componen
 async def test_transactional_produce_to_a_partition_not_in_the_transaction_is_refused(
         parts: Components) -> None:
     asked: list[tuple[str, int, int, tuple[str, int]]] = []
-    answers = {"ok": ErrorCode.NONE, "missing": ErrorCode.INVALID_TXN_STATE,
-               "busy": ErrorCode.CONCURRENT_TRANSACTIONS}
+    # What the coordinator answers (Kafka's verify): not in the transaction, fenced, busy.
+    answers = {"ok": ErrorCode.NONE, "missing": ErrorCode.TRANSACTION_ABORTABLE,
+               "zombie": ErrorCode.PRODUCER_FENCED, "busy": ErrorCode.CONCURRENT_TRANSACTIONS}
 
     def verify(txn_id: str, pid: int, epoch: int, tp: tuple[str, int]) -> ErrorCode:
         asked.append((txn_id, pid, epoch, tp))
         return answers[txn_id]
 
-    parts.replica_manager.verify_transaction = verify
-    missing = produce(parts, txn_batch([b"a"], 0), txn_id="missing")
+    parts.replica_manager.verify_transaction = verify  # stands in for the coordinator
+    missing = produce(parts, txn_batch([b"a"], 0), txn_id="missing")  # Produce v9
     assert missing.error == ErrorCode.INVALID_TXN_STATE
     assert missing.message == "Partition was not added to the transaction"
+    missing_v11 = produce(parts, txn_batch([b"a"], 0), txn_id="missing", version=11)
+    assert missing_v11.error == ErrorCode.TRANSACTION_ABORTABLE, "known to clients from v11"
+    zombie = produce(parts, txn_batch([b"a"], 0), txn_id="zombie")
+    assert zombie.error == ErrorCode.INVALID_PRODUCER_EPOCH, "what producers expect when fenced"
     busy = produce(parts, txn_batch([b"a"], 0), txn_id="busy")
     assert busy.error == ErrorCode.NOT_ENOUGH_REPLICAS, "retriable for every client version"
     assert parts.replica_manager.partitions[TP].log_end_offset == 0, "nothing appended"
     assert produce(parts, txn_batch([b"a"], 0), txn_id="ok").error == ErrorCode.NONE
-    assert len(asked) == 3
+    assert len(asked) == 5
     # Its transaction is open in the partition now: the next batch needs no verification.
     assert produce(parts, txn_batch([b"b"], 1), txn_id="ok").error == ErrorCode.NONE
-    assert len(asked) == 3
+    assert len(asked) == 5
     # A plain (non-transactional) produce is never verified.
     produce(parts, record_batch([b"p"]), txn_id="missing")
-    assert len(asked) == 3
+    assert len(asked) == 5
 
 
 async def test_markers_answer_per_partition_and_wait_for_the_fsync_when_gated(

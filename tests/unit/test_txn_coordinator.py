@@ -254,7 +254,7 @@ async def test_commit_writes_prepare_markers_then_complete(parts: Components) ->
     assert sorted(prepare.topic_partitions) == sorted([(DATA, 0), (DATA, 1), offsets_tp])  # type: ignore[union-attr]
     for tp in [(DATA, 0), (DATA, 1), offsets_tp]:
         assert markers(parts, tp) == [(pid, CONTROL_COMMIT, 0)]
-    assert parts.transactions.markers_written == 3
+    assert parts.replica_manager.markers_written == 3
     assert completed == [(pid, [offsets_tp[1]], True)]
     # a retried commit is answered as done; an abort now is not valid
     assert await end(parts, pid, epoch, True) == E.NONE
