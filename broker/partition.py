@@ -26,6 +26,7 @@ class Partition:
         self.index = index
         self.log = log
         self.high_watermark = log.log_end_offset  # recovered data is durable
+        log.on_high_watermark_updated(self.high_watermark)
         self.leader_epoch = 0
         self.hw_gated_by_flush = hw_gated_by_flush
         # Bytes appended since start, and that count at the high watermark: a DelayedFetch
@@ -82,4 +83,5 @@ class Partition:
             return False
         self.high_watermark = offset
         self.hw_bytes = at_bytes
+        self.log.on_high_watermark_updated(offset)
         return True

@@ -633,16 +633,26 @@ class Log:
 
     # -- transactions -----------------------------------------------------------------------------
     @property
-    def first_unstable_offset(self) -> int | None:
+    def first_undecided_offset(self) -> int | None:
         """First offset of the earliest open transaction, None when none is open.
 
         Never below the log start offset: retention may have taken the transaction's first
         batches (Kafka moves its first unstable offset up the same way).
         """
-        first = self.producer_state.first_unstable_offset
-        if first is None:
-            return None
-        return max(first, self.log_start_offset)
+        return self._not_below_start(self.producer_state.first_undecided_offset)
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """Kafka's firstUnstableOffset: as ``first_undecided_offset``, but a decided
+        transaction stays unstable until the high watermark passes its marker."""
+        return self._not_below_start(self.producer_state.first_unstable_offset)
+
+    def _not_below_start(self, offset: int | None) -> int | None:
+        return None if offset is None else max(offset, self.log_start_offset)
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """The partition's high watermark moved: decided transactions below it are stable."""
+        self.producer_state.on_high_watermark_updated(high_watermark)
 
     def collect_aborted_transactions(
         self, start_offset: int, upper_bound_offset: int

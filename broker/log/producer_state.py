@@ -11,6 +11,10 @@ Invariants:
 * ``ongoing_txns`` maps the first offset of each open transaction to its producer id, in
   offset order (transactions open in offset order on append and in a rebuild scan; a snapshot
   load sorts them). Its first key is Kafka's first undecided offset.
+* ``unreplicated_txns`` maps the first offset of each transaction whose marker is appended but
+  not yet under the high watermark to the marker's offset (Kafka's unreplicatedTxns): until
+  the marker is committed, the transaction stays unstable. With ``ongoing_txns`` it gives the
+  first unstable offset.
 * ``map_end_offset`` is the log offset the state reflects: every batch below it has been
   applied, none at or above it. The Log keeps it equal to its log end offset.
 * A snapshot file ``<offset>.snapshot`` holds the state at exactly ``offset`` (its name). It is
@@ -262,6 +266,9 @@ class ProducerStateManager:
         self.producers: dict[int, ProducerStateEntry] = {}
         #: first offset of each open transaction -> producer id, in offset order.
         self.ongoing_txns: dict[int, int] = {}
+        #: first offset of each decided transaction -> its marker's offset, until the high
+        #: watermark passes the marker.
+        self.unreplicated_txns: dict[int, int] = {}
         self.map_end_offset = 0
         self.last_snap_offset = 0
         self.snapshots: list[int] = []  # offsets of the snapshot files on disk, ascending
@@ -393,15 +400,37 @@ class ProducerStateManager:
             first = entry.current_txn_first_offset
             completed = CompletedTxn(producer_id, first, offset, False)
             self.ongoing_txns.pop(first, None)
+            self.unreplicated_txns[first] = offset
+            if len(self.unreplicated_txns) > 1 and first < next(iter(self.unreplicated_txns)):
+                self.unreplicated_txns = dict(sorted(self.unreplicated_txns.items()))
         entry.end_txn(epoch, coordinator_epoch, offset, timestamp)
         return completed
 
     @property
-    def first_unstable_offset(self) -> int | None:
+    def first_undecided_offset(self) -> int | None:
         """First offset of the earliest open transaction (Kafka's firstUndecidedOffset)."""
         for first_offset in self.ongoing_txns:
             return first_offset
         return None
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the earliest transaction that is open or whose marker is not yet
+        under the high watermark (Kafka's firstUnstableOffset)."""
+        undecided = self.first_undecided_offset
+        for first_offset in self.unreplicated_txns:
+            return first_offset if undecided is None else min(first_offset, undecided)
+        return undecided
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Markers now under the high watermark make their transactions stable (Kafka's
+        removeUnreplicatedTransactions)."""
+        txns = self.unreplicated_txns
+        while txns:
+            first_offset, marker_offset = next(iter(txns.items()))
+            if marker_offset >= high_watermark:
+                return
+            del txns[first_offset]
 
     def active_producers(self) -> list[ProducerStateEntry]:
         """Every producer the partition knows (DescribeProducers' activeProducers)."""
@@ -540,6 +569,7 @@ class ProducerStateManager:
         """
         self.producers.clear()
         self.ongoing_txns.clear()
+        self.unreplicated_txns.clear()
         self.scanned_batches = 0
         self.snapshots = self._list_snapshots()
         for offset in [s for s in self.snapshots if s > log_end_offset or s < log_start_offset]:

@@ -99,15 +99,15 @@ def test_read_end_txn_marker_refuses_other_batches() -> None:
 def test_commit_opens_and_closes_the_transaction(tmp_path: Path) -> None:
     log = new_log(tmp_path)
     log.append(plain(2), T0)  # 0-1
-    assert log.first_unstable_offset is None
+    assert log.first_undecided_offset is None
     log.append(tbatch(7, 0, 0, 3), T0)  # 2-4
-    assert log.first_unstable_offset == 2
+    assert log.first_undecided_offset == 2
     log.append(tbatch(7, 0, 3, 2), T0)  # 5-6: the same transaction
-    assert log.first_unstable_offset == 2
+    assert log.first_undecided_offset == 2
     entry = log.producer_state.last_entry(7)
     assert entry is not None and entry.current_txn_first_offset == 2
     assert end(log, 7, 0, True, coordinator_epoch=4) == 7
-    assert log.first_unstable_offset is None
+    assert log.first_undecided_offset is None
     assert entry.current_txn_first_offset == -1 and entry.coordinator_epoch == 4
     assert aborted(log) == []  # commits are not indexed
     assert not list(tmp_path.glob("topic-0/*.txnindex"))  # created with its first entry only
@@ -127,21 +127,21 @@ def test_interleaved_transactions_of_several_producers(tmp_path: Path) -> None:
     """The LSO after each step follows Kafka: the earliest open transaction's first offset."""
     log = new_log(tmp_path)
     log.append(tbatch(1, 0, 0), T0)  # 0-1   A opens at 0
-    assert log.first_unstable_offset == 0
+    assert log.first_undecided_offset == 0
     log.append(tbatch(2, 0, 0), T0)  # 2-3   B opens at 2
     log.append(plain(1), T0)  # 4      non-transactional
     log.append(tbatch(3, 0, 0), T0)  # 5-6   C opens at 5
     log.append(tbatch(1, 0, 2), T0)  # 7-8   A again
-    assert log.first_unstable_offset == 0
+    assert log.first_undecided_offset == 0
     assert end(log, 2, 0, False) == 9  # B aborts while A (first 0) is open: LSO 0
-    assert log.first_unstable_offset == 0
+    assert log.first_undecided_offset == 0
     assert end(log, 1, 0, True) == 10  # A commits: C (5) is the earliest open one
-    assert log.first_unstable_offset == 5
+    assert log.first_undecided_offset == 5
     log.append(tbatch(2, 0, 2), T0)  # 11-12 B opens again
     assert end(log, 3, 0, False) == 13  # C aborts: the next other open txn is B at 11
-    assert log.first_unstable_offset == 11
+    assert log.first_undecided_offset == 11
     assert end(log, 2, 0, False) == 14  # B aborts, nothing else open: 14 + 1
-    assert log.first_unstable_offset is None
+    assert log.first_undecided_offset is None
     assert aborted(log) == [
         AbortedTxn(2, 2, 9, 0),
         AbortedTxn(3, 5, 13, 11),
@@ -186,7 +186,7 @@ def test_marker_from_an_older_producer_epoch_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidProducerEpochError) as e:
         end(log, 7, 2, True)
     assert e.value.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
-    assert log.log_end_offset == end_before and log.first_unstable_offset == 0
+    assert log.log_end_offset == end_before and log.first_undecided_offset == 0
 
 
 def test_marker_from_an_older_coordinator_epoch_is_fenced(tmp_path: Path) -> None:
@@ -198,7 +198,7 @@ def test_marker_from_an_older_coordinator_epoch_is_fenced(tmp_path: Path) -> Non
         end(log, 7, 0, False, coordinator_epoch=4)
     assert e.value.error_code == ErrorCode.TRANSACTION_COORDINATOR_FENCED
     end(log, 7, 0, False, coordinator_epoch=5)  # the same epoch is fine
-    assert log.first_unstable_offset is None
+    assert log.first_undecided_offset is None
 
 
 def test_non_transactional_write_during_open_transaction(tmp_path: Path) -> None:
@@ -226,11 +226,11 @@ def test_coordinator_batches_without_sequence_keep_the_epoch_check(tmp_path: Pat
     co = AppendOrigin.COORDINATOR
     log.append(tbatch(8, 2, NO_SEQUENCE), T0, origin=co)
     log.append(tbatch(8, 2, NO_SEQUENCE), T0, origin=co)  # no duplicate or sequence check
-    assert log.log_end_offset == 4 and log.first_unstable_offset == 0
+    assert log.log_end_offset == 4 and log.first_undecided_offset == 0
     with pytest.raises(InvalidProducerEpochError):
         log.append(tbatch(8, 1, NO_SEQUENCE), T0, origin=co)
     end(log, 8, 2, True)
-    assert log.first_unstable_offset is None
+    assert log.first_undecided_offset is None
 
 
 def test_duplicate_transactional_batch_is_answered_with_its_offsets(tmp_path: Path) -> None:
@@ -351,7 +351,7 @@ def test_snapshot_round_trip_with_an_open_transaction(tmp_path: Path) -> None:
     assert entries[2].current_txn_first_offset == 3 and entries[2].producer_epoch == 5
     again = Log.load(log.dir, LogConfig(), "topic", 0, clean_shutdown=True)
     assert again.producer_state.scanned_batches == 0
-    assert again.first_unstable_offset == 3
+    assert again.first_undecided_offset == 3
     assert list(again.producer_state.ongoing_txns) == [3, 5]
     assert end(again, 2, 5, False, coordinator_epoch=3) == 7
     assert aborted(again) == [AbortedTxn(2, 3, 7, 5)]
@@ -400,7 +400,7 @@ def test_restart_after_crash_rebuilds_open_transactions_and_txn_index(tmp_path: 
     end(log, 4, 0, False)
     assert len(log.segments) > 1
     before_aborted = aborted(log)
-    before_fuo = log.first_unstable_offset
+    before_fuo = log.first_undecided_offset
     before_open = dict(log.producer_state.ongoing_txns)
     leo = log.log_end_offset
     # SIGKILL: no close, no snapshot at the end; the transaction indexes are lost too
@@ -410,12 +410,12 @@ def test_restart_after_crash_rebuilds_open_transactions_and_txn_index(tmp_path: 
     assert again.log_end_offset == leo
     assert again.producer_state.scanned_batches > 0
     assert dict(again.producer_state.ongoing_txns) == before_open == {2: 1}
-    assert again.first_unstable_offset == before_fuo == 2
+    assert again.first_undecided_offset == before_fuo == 2
     assert aborted(again) == before_aborted and len(before_aborted) == 2
     assert sorted(p.name for p in (tmp_path / "topic-0").glob("*.txnindex"))
     # and the open transaction completes as if nothing had happened
     end(again, 1, 0, False)
-    assert again.first_unstable_offset is None
+    assert again.first_undecided_offset is None
     assert aborted(again)[-1].first_offset == 2
 
 
@@ -434,7 +434,7 @@ def test_recovery_drops_index_entries_of_markers_that_did_not_survive(tmp_path: 
     again = Log.load(log.dir, LogConfig(), "topic", 0, clean_shutdown=False, recovery_point=2)
     assert again.log_end_offset == 2
     assert aborted(again) == []
-    assert again.first_unstable_offset == 0  # the transaction is open again
+    assert again.first_undecided_offset == 0  # the transaction is open again
 
 
 def test_corrupt_txn_index_is_rebuilt_after_a_clean_shutdown(tmp_path: Path) -> None:
@@ -475,9 +475,9 @@ def test_retention_keeps_a_producer_with_an_open_transaction(tmp_path: Path) -> 
     log.update_config(cfg.with_overrides(retention_bytes=0))
     assert log.delete_old_segments(T0) > 0
     assert log.producer_state.last_entry(1) is not None
-    assert log.first_unstable_offset == log.log_start_offset
+    assert log.first_undecided_offset == log.log_start_offset
     end(log, 1, 0, True)
-    assert log.first_unstable_offset is None
+    assert log.first_undecided_offset is None
 
 
 def test_crash_after_a_roll_snapshot_with_an_open_transaction(tmp_path: Path) -> None:
@@ -501,7 +501,7 @@ def test_crash_after_a_roll_snapshot_with_an_open_transaction(tmp_path: Path) ->
     again = Log.load(log.dir, cfg, "topic", 0, clean_shutdown=False,
                      recovery_point=log.recovery_point)
     assert again.producer_state.loaded_from == snap
-    assert aborted(again) == want and again.first_unstable_offset is None
+    assert aborted(again) == want and again.first_undecided_offset is None
 
 
 @settings(max_examples=40, deadline=None)
@@ -537,7 +537,7 @@ def test_interleavings_match_kafkas_rules_and_survive_a_crash(
                 del ongoing[first]
                 if op == "a":
                     expected.append(AbortedTxn(pid, first, offset, lso))
-        assert log.first_unstable_offset == (min(ongoing) if ongoing else None)
+        assert log.first_undecided_offset == (min(ongoing) if ongoing else None)
     assert aborted(log) == expected
     for p in (d / "topic-0").glob("*.txnindex"):
         p.unlink()

@@ -170,12 +170,16 @@ async def test_markers_answer_per_partition_and_wait_for_the_fsync_when_gated(
                                                -1, 30_000)
         assert not isinstance(res, dict)
         await asyncio.wait_for(asyncio.ensure_future(res), 10)
+        p = c.replica_manager.partitions[TP]
         fut = c.replica_manager.write_txn_markers(PID, EPOCH, 0, True,
                                                   [TP, ("gone", 0)], 5000)
+        # Appended, not yet fsynced: the transaction stays unstable until the high watermark
+        # passes its marker (Kafka's unreplicated transactions).
+        assert (p.log_end_offset, p.high_watermark, p.last_stable_offset) == (2, 1, 0)
         errors = await asyncio.wait_for(asyncio.ensure_future(fut), 10)
         assert errors == {TP: ErrorCode.NONE, ("gone", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
-        p = c.replica_manager.partitions[TP]
         assert p.high_watermark == 2 and p.log.recovery_point >= 2, "answered once durable"
+        assert p.last_stable_offset == 2
     finally:
         await c.close()
 
