@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.consumer import OffsetCommitResponse
 
@@ -22,19 +22,24 @@ TopicPartition = tuple[str, int]
 
 def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     req = request.body
-    now = now_ms()
-    offsets = {
-        (t.name, p.partition_index): OffsetAndMetadata(
-            p.committed_offset, getattr(p, "committed_leader_epoch", -1),
-            p.committed_metadata or "", now)
-        for t in req.topics for p in t.partitions
-    }
+    offsets = requested_offsets(req)
     result = ctx.groups.commit_offsets(
         req.group_id, req.member_id, getattr(req, "group_instance_id", None),
         req.generation_id_or_member_epoch, offsets)
     if isinstance(result, dict):
         return _response(result)
     return answer_later(result, _response)
+
+
+def requested_offsets(req: Any) -> dict[TopicPartition, OffsetAndMetadata]:
+    """The offsets an OffsetCommit or TxnOffsetCommit request commits, stamped now."""
+    now = now_ms()
+    return {
+        (t.name, p.partition_index): OffsetAndMetadata(
+            p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+            p.committed_metadata or "", now)
+        for t in req.topics for p in t.partitions
+    }
 
 
 def _response(results: dict[TopicPartition, ErrorCode]) -> OffsetCommitResponse:

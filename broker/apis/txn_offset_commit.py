@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 from kafka.protocol.producer import TxnOffsetCommitResponse
 
 from broker.apis.deferred import answer_later
+from broker.apis.offset_commit import requested_offsets
 from broker.group.coordinator import offset_commit_error
 from broker.group.metadata import OffsetAndMetadata
 from broker.group.offsets_store import TOPIC
-from broker.wallclock import now_ms
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -39,13 +39,7 @@ ABORTABLE_VERSION = 4
 def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     req = request.body
     version = request.version
-    now = now_ms()
-    offsets = {
-        (t.name, p.partition_index): OffsetAndMetadata(
-            p.committed_offset, getattr(p, "committed_leader_epoch", -1),
-            p.committed_metadata or "", now)
-        for t in req.topics for p in t.partitions
-    }
+    offsets = requested_offsets(req)
     generation_id = getattr(req, "generation_id", -1)
     member_id = getattr(req, "member_id", "") or ""
     instance_id = getattr(req, "group_instance_id", None)

@@ -13,12 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import structlog
-from kafka.record.default_records import DefaultRecordBatchBuilder
-from kafka.record.memory_records import MemoryRecords
 
 from broker.group.metadata import (
     GroupMetadata,
@@ -27,21 +24,23 @@ from broker.group.metadata import (
     OffsetAndMetadata,
     PendingTxnOffset,
 )
-from broker.log.log import AppendOrigin
+from broker.internal_records import (
+    Reader,
+    Record,
+    append_as_coordinator,
+    batch_records,
+    encode_bytes,
+    encode_nullable_string,
+    encode_string,
+    java_string_hash,
+    read_batches,
+)
 from broker.wallclock import now_ms
 from protocol.errors import ErrorCode
-from protocol.record_batch import (
-    CONTROL_COMMIT,
-    NO_SEQUENCE,
-    BatchHeader,
-    InvalidRecordError,
-    iter_batches,
-    read_end_txn_marker,
-)
+from protocol.record_batch import CONTROL_COMMIT, InvalidRecordError, read_end_txn_marker
 
 if TYPE_CHECKING:
-    from broker.partition import Partition
-    from broker.replica_manager import ProduceResults, ReplicaManager
+    from broker.replica_manager import ReplicaManager
     from broker.topic_admin import TopicAdmin
 
 log = structlog.get_logger("broker.group")
@@ -53,94 +52,44 @@ OFFSET_COMMIT_VALUE_VERSION = 3
 GROUP_METADATA_VALUE_VERSION = 3
 COMMIT_TIMEOUT_MS = 5000  # Kafka's offsets.commit.timeout.ms
 
-Record = tuple[bytes, bytes | None]
-
-
-def java_string_hash(s: str) -> int:
-    """String.hashCode() over UTF-16 code units, as Kafka uses to place a group."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
-    return h
-
-
 # -- encoding ---------------------------------------------------------------------------------
 
-def _str(s: str) -> bytes:
-    b = s.encode()
-    return struct.pack(">h", len(b)) + b
-
-
-def _nstr(s: str | None) -> bytes:
-    return struct.pack(">h", -1) if s is None else _str(s)
-
-
-def _bytes(b: bytes) -> bytes:
-    return struct.pack(">i", len(b)) + b
-
-
 def offset_key(group: str, topic: str, partition: int) -> bytes:
-    return struct.pack(">h", OFFSET_COMMIT_KEY_VERSION) + _str(group) + _str(topic) + struct.pack(
-        ">i", partition)
+    return (struct.pack(">h", OFFSET_COMMIT_KEY_VERSION) + encode_string(group)
+            + encode_string(topic) + struct.pack(">i", partition))
 
 
 def offset_value(o: OffsetAndMetadata) -> bytes:
     return (struct.pack(">hqi", OFFSET_COMMIT_VALUE_VERSION, o.offset, o.leader_epoch)
-            + _str(o.metadata) + struct.pack(">q", o.commit_timestamp))
+            + encode_string(o.metadata) + struct.pack(">q", o.commit_timestamp))
 
 
 def group_key(group: str) -> bytes:
-    return struct.pack(">h", GROUP_METADATA_KEY_VERSION) + _str(group)
+    return struct.pack(">h", GROUP_METADATA_KEY_VERSION) + encode_string(group)
 
 
 def group_value(g: GroupMetadata) -> bytes:
     parts = [
-        struct.pack(">h", GROUP_METADATA_VALUE_VERSION), _str(g.protocol_type or ""),
-        struct.pack(">i", g.generation_id), _nstr(g.protocol_name), _nstr(g.leader_id),
+        struct.pack(">h", GROUP_METADATA_VALUE_VERSION), encode_string(g.protocol_type or ""),
+        struct.pack(">i", g.generation_id), encode_nullable_string(g.protocol_name),
+        encode_nullable_string(g.leader_id),
         struct.pack(">q", g.state_timestamp), struct.pack(">i", len(g.members)),
     ]
     for m in g.members.values():
         subscription = m.metadata_for(g.protocol_name) if g.protocol_name else b""
         parts += [
-            _str(m.member_id), _nstr(m.group_instance_id), _str(m.client_id), _str(m.client_host),
+            encode_string(m.member_id), encode_nullable_string(m.group_instance_id),
+            encode_string(m.client_id), encode_string(m.client_host),
             struct.pack(">ii", m.rebalance_timeout_ms, m.session_timeout_ms),
-            _bytes(subscription), _bytes(m.assignment),
+            encode_bytes(subscription), encode_bytes(m.assignment),
         ]
     return b"".join(parts)
 
 
 # -- decoding ---------------------------------------------------------------------------------
 
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.pos = data, 0
-
-    def unpack(self, fmt: str) -> tuple:
-        values = struct.unpack_from(fmt, self.data, self.pos)
-        self.pos += struct.calcsize(fmt)
-        return values
-
-    def nstr(self) -> str | None:
-        (n,) = self.unpack(">h")
-        if n < 0:
-            return None
-        s = self.data[self.pos:self.pos + n].decode()
-        self.pos += n
-        return s
-
-    def str(self) -> str:
-        return self.nstr() or ""
-
-    def bytes(self) -> bytes:
-        (n,) = self.unpack(">i")
-        b = self.data[self.pos:self.pos + max(n, 0)]
-        self.pos += max(n, 0)
-        return bytes(b)
-
-
 def _read_offset_value(value: bytes) -> OffsetAndMetadata:
-    v = _Reader(value)
+    v = Reader(value)
     (vv,) = v.unpack(">h")
     (offset,) = v.unpack(">q")
     epoch = v.unpack(">i")[0] if vv >= 3 else -1
@@ -182,7 +131,7 @@ class PartitionLoader:
                     producer_id: int | None) -> None:
         """One record; ``producer_id`` is set for records of a transactional batch."""
         self.records += 1
-        r = _Reader(key)
+        r = Reader(key)
         (version,) = r.unpack(">h")
         if version in (0, 1):
             group_id, topic = r.str(), r.str()
@@ -221,7 +170,7 @@ class PartitionLoader:
 
 
 def _load_group_value(group: GroupMetadata, value: bytes) -> None:
-    v = _Reader(value)
+    v = Reader(value)
     (version,) = v.unpack(">h")
     group.protocol_type = v.str() or None
     (group.generation_id,) = v.unpack(">i")
@@ -260,6 +209,7 @@ class OffsetsStore:
         self.num_partitions = num_partitions
 
     def partition_for(self, group_id: str) -> int:
+        # The hash with its sign bit masked, not Kafka's Utils.abs: changing it moves groups.
         return (java_string_hash(group_id) & 0x7FFFFFFF) % self.num_partitions
 
     def ensure_topic(self) -> None:
@@ -275,7 +225,8 @@ class OffsetsStore:
         records = 0
         for index in range(self.num_partitions):
             loader = PartitionLoader()
-            for data, pos, header in _read_batches(self.replica_manager.partitions[(TOPIC, index)]):
+            partition = self.replica_manager.partitions[(TOPIC, index)]
+            for data, pos, header in read_batches(partition, partition.high_watermark):
                 if header.is_control:
                     try:
                         control_type: int | None = read_end_txn_marker(data, pos)[0]
@@ -284,9 +235,8 @@ class OffsetsStore:
                     loader.control_batch(header.producer_id, control_type)
                     continue
                 producer_id = header.producer_id if header.is_transactional else None
-                batch = MemoryRecords(bytes(data[pos:pos + header.size_in_bytes])).next_batch()
                 first: int | None = None
-                for rec in batch or ():
+                for rec in batch_records(data, pos, header):
                     if rec.key is None:
                         continue
                     first = rec.offset if first is None else first
@@ -310,52 +260,9 @@ class OffsetsStore:
 
     def append(self, group_id: str, records: list[Record], *, producer_id: int = -1,
                producer_epoch: int = -1) -> asyncio.Future[tuple[ErrorCode, int]]:
-        """Append the records as one batch to the group's partition, acks=all, as the
-        coordinator; resolves with the error and the batch's base offset once committed.
-
-        With a producer id the batch is transactional (Kafka's transactional offset commit):
-        the producer's id and epoch, no sequence, so the transaction's marker resolves it.
-        """
-        fut: asyncio.Future[tuple[ErrorCode, int]] = asyncio.get_running_loop().create_future()
-        tp = (TOPIC, self.partition_for(group_id))
-        transactional = producer_id >= 0
-        builder = DefaultRecordBatchBuilder(2, 0, transactional, producer_id, producer_epoch,
-                                            NO_SEQUENCE, 1 << 30)
-        now = now_ms()
-        for i, (key, value) in enumerate(records):
-            builder.append(i, now, key, value, [])
-        appended = self.replica_manager.append_records(
-            [(tp, bytes(builder.build()))], api_version=11, acks=-1, timeout_ms=COMMIT_TIMEOUT_MS,
-            origin=AppendOrigin.COORDINATOR)
-        if isinstance(appended, dict):
-            fut.set_result((appended[tp].error, appended[tp].base_offset))
-            return fut
-
-        def done(f: asyncio.Future[ProduceResults]) -> None:
-            if fut.done():
-                return
-            if f.exception() is not None:
-                fut.set_result((ErrorCode.UNKNOWN_SERVER_ERROR, -1))
-            else:
-                result = f.result()[tp]
-                fut.set_result((result.error, result.base_offset))
-
-        asyncio.ensure_future(appended).add_done_callback(done)
-        return fut
-
-
-def _read_batches(partition: Partition) -> Iterator[tuple[bytes, int, BatchHeader]]:
-    """Every batch below the high watermark, from the log start: (buffer, position, header)."""
-    offset = partition.log_start_offset
-    end = partition.high_watermark
-    while offset < end:
-        data = bytes(partition.log.read(offset, 1 << 20, end, True) or b"")
-        if not data:
-            return
-        before = offset
-        for pos, header in iter_batches(data):
-            if header.last_offset >= offset:
-                yield data, pos, header
-            offset = max(offset, header.next_offset)
-        if offset == before:
-            return
+        """The records as one batch to the group's partition; with a producer id, a
+        transactional one (Kafka's transactional offset commit). Resolves with the error and the
+        batch's base offset once committed."""
+        return append_as_coordinator(
+            self.replica_manager, (TOPIC, self.partition_for(group_id)), records, now_ms(),
+            COMMIT_TIMEOUT_MS, producer_id=producer_id, producer_epoch=producer_epoch)

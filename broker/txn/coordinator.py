@@ -575,8 +575,8 @@ class TransactionCoordinator:
         transit = md.prepare_dead()
         written = self.state_log.append(tid, None, REQUEST_TIMEOUT_MS)
 
-        def done(f: asyncio.Future[ErrorCode]) -> None:
-            error = f.result()
+        def done(f: asyncio.Future[tuple[ErrorCode, int]]) -> None:
+            error = f.result()[0]
             if (self.transactions.get(tid) is md and md.pending_state == S.DEAD
                     and md.producer_epoch == transit.producer_epoch and error == E.NONE):
                 del self.transactions[tid]
@@ -605,8 +605,8 @@ class TransactionCoordinator:
         tid = md.transactional_id
         written = self.state_log.append(tid, value_bytes(transit), transit.txn_timeout_ms)
 
-        def done(f: asyncio.Future[ErrorCode]) -> None:
-            error = f.result()
+        def done(f: asyncio.Future[tuple[ErrorCode, int]]) -> None:
+            error = f.result()[0]
             error = _APPEND_ERRORS.get(error, error)
             current = self.transactions.get(tid) is md
             if error == E.NONE:

@@ -12,20 +12,23 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import structlog
-from kafka.record.default_records import DefaultRecordBatchBuilder
-from kafka.record.memory_records import MemoryRecords
 
-from broker.log.log import AppendOrigin
+from broker.internal_records import (
+    Reader,
+    append_as_coordinator,
+    encode_string,
+    java_string_hash,
+    read_records,
+)
 from broker.txn.metadata import TransactionMetadata, TransactionState, TxnTransit
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.partition import Partition
-    from broker.replica_manager import ProduceResults, ReplicaManager
+    from broker.replica_manager import ReplicaManager
     from broker.topic_admin import TopicAdmin
 
 log = structlog.get_logger("broker.txn")
@@ -34,15 +37,6 @@ TOPIC = "__transaction_state"
 KEY_VERSION = 0
 VALUE_VERSION = 0  # the highest non-flexible one, what Kafka writes below transaction.version 2
 TopicPartition = tuple[str, int]
-
-
-def java_string_hash(s: str) -> int:
-    """String.hashCode() over UTF-16 code units, which Kafka uses to place a transactional id."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
 
 
 def partition_for(transactional_id: str, num_partitions: int) -> int:
@@ -54,13 +48,8 @@ def partition_for(transactional_id: str, num_partitions: int) -> int:
 
 # -- the codec -------------------------------------------------------------------------------------
 
-def _str(s: str) -> bytes:
-    b = s.encode()
-    return struct.pack(">h", len(b)) + b
-
-
 def key_bytes(transactional_id: str) -> bytes:
-    return struct.pack(">h", KEY_VERSION) + _str(transactional_id)
+    return struct.pack(">h", KEY_VERSION) + encode_string(transactional_id)
 
 
 def value_bytes(t: TxnTransit) -> bytes:
@@ -77,46 +66,15 @@ def value_bytes(t: TxnTransit) -> bytes:
             by_topic.setdefault(topic, []).append(index)
         parts.append(struct.pack(">i", len(by_topic)))
         for topic, indexes in by_topic.items():
-            parts += [_str(topic), struct.pack(f">i{len(indexes)}i", len(indexes), *indexes)]
+            parts += [encode_string(topic),
+                      struct.pack(f">i{len(indexes)}i", len(indexes), *indexes)]
     parts.append(struct.pack(">qq", t.txn_last_update_timestamp, t.txn_start_timestamp))
     return b"".join(parts)
 
 
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.pos = data, 0
-
-    def unpack(self, fmt: str) -> tuple:
-        values = struct.unpack_from(fmt, self.data, self.pos)
-        self.pos += struct.calcsize(fmt)
-        return values
-
-    def str(self) -> str:
-        (n,) = self.unpack(">h")
-        s = self.data[self.pos:self.pos + n].decode()
-        self.pos += n
-        return s
-
-    def uvarint(self) -> int:
-        shift = result = 0
-        while True:
-            b = self.data[self.pos]
-            self.pos += 1
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result
-            shift += 7
-
-    def compact_str(self) -> str:
-        n = self.uvarint() - 1
-        s = self.data[self.pos:self.pos + n].decode()
-        self.pos += n
-        return s
-
-
 def read_key(data: bytes) -> str | None:
     """The transactional id, or None for a key version this broker does not know."""
-    r = _Reader(data)
+    r = Reader(data)
     (version,) = r.unpack(">h")
     return r.str() if version == KEY_VERSION else None
 
@@ -126,7 +84,7 @@ def read_value(transactional_id: str, data: bytes | None) -> TransactionMetadata
     under transaction.version 2) is read too; its tagged fields are skipped."""
     if data is None:
         return None
-    r = _Reader(data)
+    r = Reader(data)
     (version,) = r.unpack(">h")
     if version not in (0, 1):
         raise ValueError(f"unknown TransactionLogValue version {version}")
@@ -139,19 +97,13 @@ def read_value(transactional_id: str, data: bytes | None) -> TransactionMetadata
         n = r.uvarint() - 1 if flexible else r.unpack(">i")[0]
         partitions.update((topic, p) for p in r.unpack(f">{n}i"))
         if flexible:
-            _skip_tags(r)
+            r.skip_tags()
     last_update, start = r.unpack(">qq")
     state = TransactionState(status)
     return TransactionMetadata(
         transactional_id, producer_id, epoch, timeout, state, last_update,
         topic_partitions=set() if state == TransactionState.EMPTY else partitions,
         txn_start_timestamp=start)
-
-
-def _skip_tags(r: _Reader) -> None:
-    for _ in range(r.uvarint()):
-        r.uvarint()
-        r.pos += r.uvarint()
 
 
 # -- the topic ---------------------------------------------------------------------------------
@@ -203,7 +155,7 @@ class TransactionStateLog:
             partition = self.replica_manager.partitions.get((TOPIC, index))
             if partition is None:
                 continue
-            for key, value in _read_all(partition):
+            for key, value in read_records(partition, partition.log_end_offset):
                 if key is None:
                     continue
                 tid = read_key(key)
@@ -221,44 +173,9 @@ class TransactionStateLog:
         return loaded
 
     def append(self, transactional_id: str, value: bytes | None, timeout_ms: int
-               ) -> asyncio.Future[ErrorCode]:
-        """One record (a value or a tombstone); resolves with the append's error once committed."""
-        fut: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
-        tp = (TOPIC, self.partition_for(transactional_id))
-        builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 30)
-        builder.append(0, self._wall_ms(), key_bytes(transactional_id), value, [])
-        appended = self.replica_manager.append_records(
-            [(tp, bytes(builder.build()))], api_version=11, acks=-1, timeout_ms=timeout_ms,
-            origin=AppendOrigin.COORDINATOR)
-        if isinstance(appended, dict):
-            fut.set_result(appended[tp].error)
-            return fut
-
-        def done(f: asyncio.Future[ProduceResults]) -> None:
-            if fut.done():
-                return
-            if f.cancelled() or f.exception() is not None:
-                fut.set_result(ErrorCode.UNKNOWN_SERVER_ERROR)
-            else:
-                fut.set_result(f.result()[tp].error)
-
-        asyncio.ensure_future(appended).add_done_callback(done)
-        return fut
-
-
-def _read_all(partition: Partition) -> Iterator[tuple[bytes | None, bytes | None]]:
-    """Every record up to the log end offset, as Kafka's load reads (FetchIsolation.LOG_END)."""
-    offset = partition.log_start_offset
-    end = partition.log_end_offset
-    while offset < end:
-        data = partition.log.read(offset, 1 << 20, end, True)
-        if not data:
-            return
-        records = MemoryRecords(bytes(data))
-        while (batch := records.next_batch()) is not None:
-            for rec in batch:
-                if rec.offset >= offset:
-                    yield (bytes(rec.key) if rec.key is not None else None,
-                           bytes(rec.value) if rec.value is not None else None)
-                    offset = rec.offset + 1
-            offset = max(offset, batch.next_offset)
+               ) -> asyncio.Future[tuple[ErrorCode, int]]:
+        """One record (a value or a tombstone); resolves with the append's error (and the
+        record's offset) once committed."""
+        return append_as_coordinator(
+            self.replica_manager, (TOPIC, self.partition_for(transactional_id)),
+            [(key_bytes(transactional_id), value)], self._wall_ms(), timeout_ms)

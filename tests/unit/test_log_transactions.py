@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from kafka.record.default_records import DefaultRecordBatch
 
 from broker.log.log import AppendOrigin, Log, LogConfig
 from broker.log.producer_state import (
@@ -37,33 +37,13 @@ from protocol.record_batch import (
     build_end_txn_marker,
     read_end_txn_marker,
 )
-
-T0 = 1_700_000_000_000
+from tests.support.log_batches import T0, new_log, plain, producer_batch
 
 
 def tbatch(
     pid: int, epoch: int, seq: int, n: int = 2, *, transactional: bool = True, size: int = 20
 ) -> bytearray:
-    b = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=transactional,
-        producer_id=pid,
-        producer_epoch=epoch,
-        base_sequence=seq,
-        batch_size=1 << 20,
-    )
-    for i in range(n):
-        b.append(i, timestamp=T0 + i, key=f"k{seq}-{i}".encode(), value=b"v" * size, headers=[])
-    return bytearray(b.build())
-
-
-def plain(n: int = 2) -> bytearray:
-    return tbatch(-1, -1, -1, n, transactional=False)
-
-
-def new_log(tmp_path: Path, cfg: LogConfig | None = None) -> Log:
-    return Log(tmp_path / "topic-0", cfg or LogConfig(), "topic", 0)
+    return producer_batch(pid, epoch, seq, n, transactional=transactional, size=size)
 
 
 def end(log: Log, pid: int, epoch: int, commit: bool, coordinator_epoch: int = 0) -> int:

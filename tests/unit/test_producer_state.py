@@ -10,7 +10,6 @@ import os
 from pathlib import Path
 
 import pytest
-from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from broker.log import Log, LogConfig
 from broker.log.producer_state import (
@@ -27,33 +26,13 @@ from broker.log.producer_state import (
 )
 from protocol.errors import ErrorCode
 from protocol.record_batch import iter_batches
-
-T0 = 1_700_000_000_000
+from tests.support.log_batches import T0, new_log, plain, producer_batch
 
 
 def pbatch(
     pid: int, epoch: int, seq: int, n: int = 3, ts: int = T0, size: int = 20
 ) -> bytearray:
-    b = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=False,
-        producer_id=pid,
-        producer_epoch=epoch,
-        base_sequence=seq,
-        batch_size=1 << 20,
-    )
-    for i in range(n):
-        b.append(i, timestamp=ts + i, key=f"k{seq}-{i}".encode(), value=b"v" * size, headers=[])
-    return bytearray(b.build())
-
-
-def plain(n: int = 2) -> bytearray:
-    return pbatch(-1, -1, -1, n)
-
-
-def new_log(tmp_path: Path, cfg: LogConfig | None = None) -> Log:
-    return Log(tmp_path / "topic-0", cfg or LogConfig(), "topic", 0)
+    return producer_batch(pid, epoch, seq, n, ts=ts, size=size)
 
 
 def log_bytes(log: Log) -> list[bytes]:

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from broker.internal_records import read_records
 from broker.txn.metadata import (
     IllegalTransitionError,
     TransactionMetadata,
@@ -26,7 +27,6 @@ from broker.txn.metadata import (
 )
 from broker.txn.state_log import (
     TOPIC,
-    _read_all,
     key_bytes,
     partition_for,
     read_key,
@@ -71,7 +71,7 @@ async def result(value: Any) -> Any:
 def state_records(c: Components, tid: str = TID) -> list[TransactionMetadata | None]:
     """Every record of ``tid`` in its `__transaction_state` partition, decoded, oldest first."""
     partition = c.replica_manager.partitions[(TOPIC, c.transactions.partition_for(tid))]
-    return [read_value(tid, v) for k, v in _read_all(partition)
+    return [read_value(tid, v) for k, v in read_records(partition, partition.log_end_offset)
             if k is not None and read_key(k) == tid]
 
 
