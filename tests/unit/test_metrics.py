@@ -154,3 +154,62 @@ def test_exposition_of_a_broker_state() -> None:
     assert requests.labels == {"api": "Produce", "version": "9"} and requests.value == 1
     assert families["minibroker_timer_tasks"].samples[0].value == 1
     assert "process_cpu_seconds" in families  # the process collector is registered too
+
+
+async def test_exposition_of_an_open_transaction(tmp_path) -> None:
+    """A transactional producer's open transaction on a real ReplicaManager and transaction
+    coordinator: ids by Kafka's state names, the LSO lag it holds, markers once it commits."""
+    import asyncio
+
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    from tests.support.components import build
+
+    c = build(tmp_path / "logs", {"offsets.topic.num.partitions": "1",
+                                  "transaction.state.log.num.partitions": "1"})
+    try:
+        c.topics.create_topic("orders", 1, {})
+        txn = c.transactions
+
+        async def done(result):  # noqa: ANN001, ANN202 - a value now or a future of it
+            return await asyncio.wait_for(asyncio.ensure_future(result), 10) if isinstance(
+                result, asyncio.Future) else result
+
+        init = await done(txn.init_producer_id("t1", 60_000))
+        pid, epoch = init.producer_id, init.producer_epoch
+        assert await done(txn.add_partitions("t1", pid, epoch, [("orders", 0)])) == 0
+        builder = DefaultRecordBatchBuilder(2, 0, True, pid, epoch, 0, 1 << 20)
+        for i in range(3):
+            builder.append(i, 1_700_000_000_000 + i, None, b"v", [])
+        appended = c.replica_manager.append_records(
+            [(("orders", 0), bytes(builder.build()))], 9, 1, 1000, transactional_id="t1")
+        assert appended[("orders", 0)].error == ErrorCode.NONE  # type: ignore[index]
+
+        m = BrokerMetrics(node_id=1)
+        m.observe(None, c.replica_manager, c.coordinator, c.metadata,  # type: ignore[arg-type]
+                  c.log_manager, txn)
+
+        def samples() -> dict[tuple[str, tuple], float]:
+            text = generate_latest(m.registry).decode()
+            return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                    for f in text_string_to_metric_families(text) for s in f.samples}
+
+        lag_key = ("minibroker_log_last_stable_offset_lag",
+                   (("partition", "0"), ("topic", "orders")))
+        before = samples()
+        assert before[("minibroker_transactions", (("state", "Ongoing"),))] == 1
+        assert before[("minibroker_transactions", (("state", "CompleteCommit"),))] == 0
+        assert before[lag_key] == 3
+        assert before[("minibroker_txn_markers_written_total", ())] == 0
+
+        assert await done(txn.end_txn("t1", pid, epoch, True)) == 0
+        for _ in range(100):  # the markers are written after the answer
+            if c.transactions.transactions["t1"].state.kafka_name == "CompleteCommit":
+                break
+            await asyncio.sleep(0.01)
+        after = samples()
+        assert after[("minibroker_transactions", (("state", "CompleteCommit"),))] == 1
+        assert after[lag_key] == 0
+        assert after[("minibroker_txn_markers_written_total", ())] == 1
+    finally:
+        await c.close()
