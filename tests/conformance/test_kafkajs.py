@@ -1,6 +1,7 @@
 """kafkajs (npm, pinned by tests/conformance/kafkajs/package-lock.json): an idempotent producer
 and a consumer group of two that commits each message, driven by kafkajs/roundtrip.js; and
-transactions (commit, abort, read_committed, sendOffsets), driven by kafkajs/transactions.js.
+transactions (commit, abort, read_committed, sendOffsets, fencing), driven by
+kafkajs/transactions.js.
 
 `make test` installs kafkajs (`npm ci`, the Makefile's node-deps target); without it this test
 fails rather than skips, so a broken install cannot pass unnoticed.
@@ -62,7 +63,8 @@ def test_kafkajs_transactions(broker_factory) -> None:
     """kafkajs/transactions.js: producer.transaction() committed, aborted and committed; a
     read_committed group (kafkajs' default) never reads the aborted records and a
     readUncommitted one does; sendOffsets commits the group's offset with the transaction, only
-    at commit, and an aborted transaction leaves it where it was."""
+    at commit, and an aborted transaction leaves it where it was; a zombie sharing the
+    transactional id of a newer producer is fenced."""
     node = _node()
     broker = broker_factory({**GROUP_OVERRIDES, "transaction.state.log.num.partitions": "3"})
     prefix = unique_topic("kjs-txn")
@@ -94,3 +96,11 @@ def test_kafkajs_transactions(broker_factory) -> None:
     assert offsets["abortBefore"] == {"0": 5} and offsets["abortAfter"] == {"0": 5}, offsets
     output = [v for _o, v in summary["output"]]
     assert output == [f"IN-{i}" for i in range(5)] + ["END"], output
+
+    # The zombie's commit is refused (EndTxn below v2 answers a fenced producer
+    # INVALID_PRODUCER_EPOCH, as Kafka does); its records are never read_committed.
+    zombie = summary["zombieCommit"]
+    assert zombie["committed"] is False, zombie
+    assert zombie["type"] in ("INVALID_PRODUCER_EPOCH", "PRODUCER_FENCED"), zombie
+    fenced = [v for _o, v in summary["fencedRead"]]
+    assert fenced == [f"successor-{i}" for i in range(3)], fenced

@@ -9,6 +9,10 @@
 //    the group's offset (5); the group's committed offset (Admin fetchOffsets) is recorded
 //    before and after the commit. A second round (three more records, offset 8) is aborted,
 //    and the offset recorded again. Last, a read_committed group reads <prefix>-out to "END".
+// 3. Fencing: a producer opens a transaction on <prefix>-fenced and sends three records; a
+//    second producer with the same transactionalId begins one (its InitProducerId fences the
+//    first and aborts its transaction); the first one's commit must fail; the second commits
+//    its own records, and a read_committed group reads only those.
 // Prints one JSON summary on stdout (the pytest side judges it); kafkajs logs go to stderr.
 // Exit code 0 when the run completed, 2 on error or timeout.
 'use strict'
@@ -86,10 +90,11 @@ async function main () {
   const input = `${prefix}-in`
   const output = `${prefix}-out`
   const group = `${prefix}-ctp`
+  const fencedTopic = `${prefix}-fenced`
   try {
     await admin.connect()
     await admin.createTopics({
-      topics: [txnTopic, input, output].map((topic) => ({ topic, numPartitions: 1 })),
+      topics: [txnTopic, input, output, fencedTopic].map((topic) => ({ topic, numPartitions: 1 })),
       waitForLeaders: true
     })
 
@@ -166,6 +171,34 @@ async function main () {
     await txn.send({ topic: output, acks: -1, messages: [{ value: 'END' }] })
     await txn.commit()
     summary.output = await readTopic(output, false, 'END', open)
+
+    // 3. fencing of a zombie
+    const fencedConfig = {
+      transactionalId: `${prefix}-fenced-producer`,
+      maxInFlightRequests: 1,
+      idempotent: true,
+      transactionTimeout: 10000
+    }
+    const zombie = kafka.producer(fencedConfig)
+    open.push(zombie)
+    await zombie.connect()
+    const zombieTxn = await zombie.transaction()
+    await zombieTxn.send({ topic: fencedTopic, acks: -1, messages: values('zombie', 3) })
+    const successor = kafka.producer(fencedConfig)
+    open.push(successor)
+    await successor.connect()
+    // kafkajs sends the transactional InitProducerId with the first transaction()
+    const successorTxn = await successor.transaction()
+    try {
+      await zombieTxn.commit()
+      summary.zombieCommit = { committed: true }
+    } catch (e) {
+      const cause = e.originalError || e
+      summary.zombieCommit = { committed: false, name: e.name, type: cause.type || null }
+    }
+    await successorTxn.send({ topic: fencedTopic, acks: -1, messages: values('successor', 3) })
+    await successorTxn.commit()
+    summary.fencedRead = await readTopic(fencedTopic, false, 'successor-2', open)
     process.stdout.write(JSON.stringify(summary) + '\n')
   } finally {
     await Promise.allSettled([admin.disconnect(), ...open.map((c) => c.disconnect())])
