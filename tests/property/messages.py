@@ -147,7 +147,8 @@ class Builder:
         if type_str == "uuid":
             if rnd is None:
                 return uuid.UUID(int=1)
-            return rnd.choice((None, uuid.UUID(int=rnd.getrandbits(128))))
+            # The zero UUID is Kafka's "no id" and decodes as None (drawn above already).
+            return rnd.choice((None, uuid.UUID(int=rnd.getrandbits(128) or 1)))
         if type_str == "string":
             return self._string(name)
         if type_str == "records":
