@@ -114,7 +114,7 @@ def _spec(
 APIS: dict[int, ApiSpec] = {
     s.key: s
     for s in (
-        # Produce is advertised from v0 as Kafka 4 does (KAFKA-18659): librdkafka before 2.x
+        # Produce is advertised from v0 as Kafka 4 does: librdkafka before 2.x
         # otherwise refuses to compress at all. v0-v2 requests are still refused.
         _spec(3, 11, ProduceRequest, ProduceResponse, advertised_min=0),
         _spec(4, 16, FetchRequest, FetchResponse),
