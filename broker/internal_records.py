@@ -17,12 +17,13 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
 from broker.log.log import AppendOrigin
+from broker.replica_manager import produce_outcome
 from protocol.errors import ErrorCode
 from protocol.record_batch import NO_SEQUENCE, BatchHeader, iter_batches
 
 if TYPE_CHECKING:
     from broker.partition import Partition
-    from broker.replica_manager import ProduceResults, ReplicaManager
+    from broker.replica_manager import ReplicaManager
 
 TopicPartition = tuple[str, int]
 Record = tuple[bytes, bytes | None]
@@ -112,7 +113,6 @@ def append_as_coordinator(
     """The records as one batch, acks=-1, as the coordinator (Kafka's AppendOrigin.COORDINATOR);
     resolves with the error and the batch's base offset once committed. With a producer id the
     batch is transactional, with no sequence, so the transaction's marker decides it."""
-    fut: asyncio.Future[tuple[ErrorCode, int]] = asyncio.get_running_loop().create_future()
     builder = DefaultRecordBatchBuilder(2, 0, producer_id >= 0, producer_id, producer_epoch,
                                         NO_SEQUENCE, 1 << 30)
     for i, (key, value) in enumerate(records):
@@ -120,21 +120,8 @@ def append_as_coordinator(
     appended = replica_manager.append_records(
         [(tp, bytes(builder.build()))], api_version=11, acks=-1, timeout_ms=timeout_ms,
         origin=AppendOrigin.COORDINATOR)
-    if isinstance(appended, dict):
-        fut.set_result((appended[tp].error, appended[tp].base_offset))
-        return fut
-
-    def done(f: asyncio.Future[ProduceResults]) -> None:
-        if fut.done():
-            return
-        if f.cancelled() or f.exception() is not None:
-            fut.set_result((ErrorCode.UNKNOWN_SERVER_ERROR, -1))
-        else:
-            result = f.result()[tp]
-            fut.set_result((result.error, result.base_offset))
-
-    asyncio.ensure_future(appended).add_done_callback(done)
-    return fut
+    return produce_outcome(appended, lambda res: (res[tp].error, res[tp].base_offset),
+                           (ErrorCode.UNKNOWN_SERVER_ERROR, -1))
 
 
 def read_batches(partition: Partition, end: int) -> Iterator[tuple[bytes, int, BatchHeader]]:

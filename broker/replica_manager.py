@@ -20,6 +20,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import structlog
 
@@ -42,6 +43,7 @@ from purgatory import Purgatory, Timer
 
 log = structlog.get_logger("broker.replica")
 
+T = TypeVar("T")
 TopicPartition = tuple[str, int]
 VALID_ACKS = (0, 1, -1)
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
@@ -202,7 +204,7 @@ class ReplicaManager:
     def write_txn_markers(
         self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
         partitions: list[TopicPartition], timeout_ms: int,
-    ) -> Awaitable[dict[TopicPartition, ErrorCode]]:
+    ) -> asyncio.Future[dict[TopicPartition, ErrorCode]]:
         """Append an end-transaction marker to each partition (as the coordinator: Kafka's
         WriteTxnMarkers with acks=all); resolves with each partition's error once every marker
         is under the high watermark, or ``timeout_ms`` passes."""
@@ -212,26 +214,8 @@ class ReplicaManager:
             results[tp] = self._append_marker(tp, producer_id, producer_epoch, coordinator_epoch,
                                               commit, ts)
         appended = self._await_high_watermark(results, -1, timeout_ms)
-        fut: asyncio.Future[dict[TopicPartition, ErrorCode]] = (
-            asyncio.get_running_loop().create_future())
-
-        def errors(res: ProduceResults) -> dict[TopicPartition, ErrorCode]:
-            return {tp: r.error for tp, r in res.items()}
-
-        if isinstance(appended, dict):
-            fut.set_result(errors(appended))
-            return fut
-
-        def done(f: asyncio.Future[ProduceResults]) -> None:
-            if fut.done():
-                return
-            if f.exception() is not None:
-                fut.set_result({tp: ErrorCode.UNKNOWN_SERVER_ERROR for tp in partitions})
-            else:
-                fut.set_result(errors(f.result()))
-
-        asyncio.ensure_future(appended).add_done_callback(done)
-        return fut
+        return produce_outcome(appended, lambda res: {tp: r.error for tp, r in res.items()},
+                               {tp: ErrorCode.UNKNOWN_SERVER_ERROR for tp in partitions})
 
     def _append_marker(self, tp: TopicPartition, producer_id: int, producer_epoch: int,
                        coordinator_epoch: int, commit: bool, ts: int) -> ProduceResult:
@@ -507,6 +491,27 @@ class ReplicaManager:
 
     def shutdown(self) -> None:
         self._flush_executor.shutdown(wait=True)
+
+
+def produce_outcome(appended: ProduceResults | Awaitable[ProduceResults],
+                    convert: Callable[[ProduceResults], T], failed: T) -> asyncio.Future[T]:
+    """An append's answer, ready or parked, as a future of ``convert(results)`` for the
+    coordinators that append as producers do; ``failed`` if the parked answer failed."""
+    fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+    if isinstance(appended, dict):
+        fut.set_result(convert(appended))
+        return fut
+
+    def done(f: asyncio.Future[ProduceResults]) -> None:
+        if fut.done():
+            return
+        if f.cancelled() or f.exception() is not None:
+            fut.set_result(failed)
+        else:
+            fut.set_result(convert(f.result()))
+
+    asyncio.ensure_future(appended).add_done_callback(done)
+    return fut
 
 
 def _verification_error(error: ErrorCode, produce_version: int) -> ErrorCode:
