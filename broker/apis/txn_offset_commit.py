@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 Topic = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
 Partition = Topic.TxnOffsetCommitResponsePartition
 TopicPartition = tuple[str, int]
-MIN_VERSION, MAX_VERSION = 0, 4
 #: From this version the client understands TRANSACTION_ABORTABLE (Kafka's genericError).
 ABORTABLE_VERSION = 4
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from kafka.protocol.consumer import OffsetFetchRequest
-from kafka.protocol.producer import TxnOffsetCommitRequest, TxnOffsetCommitResponse
+from kafka.protocol.producer import TxnOffsetCommitRequest
 from kafka.record.memory_records import MemoryRecords
 
 from broker.apis import offset_fetch, txn_offset_commit
@@ -27,7 +27,7 @@ from broker.group.metadata import GroupState, OffsetAndMetadata
 from broker.group.offsets_store import TOPIC as OFFSETS_TOPIC
 from protocol.errors import ErrorCode
 from protocol.record_batch import iter_batches
-from protocol.registry import APIS, _spec
+from protocol.registry import APIS
 from tests.support.components import Components, build, parse, settle, wire_roundtrip
 
 GROUP = "txn-group"
@@ -45,13 +45,10 @@ async def parts(tmp_path: Path) -> AsyncIterator[Components]:
     await c.close()
 
 
-@pytest.fixture(autouse=True)
-def served(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Until the registry lists TxnOffsetCommit, let the connection's parser accept it."""
-    if TxnOffsetCommitRequest.API_KEY not in APIS:
-        monkeypatch.setitem(APIS, TxnOffsetCommitRequest.API_KEY,
-                            _spec(txn_offset_commit.MIN_VERSION, txn_offset_commit.MAX_VERSION,
-                                  TxnOffsetCommitRequest, TxnOffsetCommitResponse))
+def test_the_registry_serves_txn_offset_commit_0_to_4() -> None:
+    """v5 means transaction version 2 (it implies AddOffsetsToTxn): not served."""
+    spec = APIS[TxnOffsetCommitRequest.API_KEY]
+    assert (spec.min_version, spec.max_version) == (0, 4)
 
 
 def om(offset: int, metadata: str = "") -> OffsetAndMetadata:
