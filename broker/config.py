@@ -61,6 +61,13 @@ def _compression_level(key: str) -> Callable[[str], int]:
     return parse
 
 
+def _cleanup_policy(v: str) -> list[str]:
+    policies = _list(v)
+    if not policies or any(p not in ("compact", "delete") for p in policies):
+        raise ValueError("expected delete, compact, or compact,delete")
+    return policies
+
+
 def _choice(*options: str) -> Callable[[str], str]:
     def parse(v: str) -> str:
         if v.strip() not in options:
@@ -103,6 +110,33 @@ KEYS: dict[str, Key] = {
         Key("log.flush.offset.checkpoint.interval.ms", int, "60000",
             "How often recovery points are checkpointed (bounds recovery work).", min=1),
         Key("log.index.interval.bytes", int, "4096", "Bytes between offset index entries.", min=0),
+        Key("log.cleanup.policy", _cleanup_policy, "delete",
+            "Default cleanup.policy of topics: delete, compact, or both."),
+        Key("log.cleaner.enable", _bool, "true",
+            "Run the log cleaner, which compacts topics whose cleanup.policy has compact."),
+        Key("log.cleaner.threads", int, "1", "Cleaner threads, each cleaning one log at a time.",
+            min=0),
+        Key("log.cleaner.backoff.ms", int, "15000",
+            "How long a cleaner thread sleeps when no log needs cleaning.", min=0),
+        Key("log.cleaner.dedupe.buffer.size", int, "134217728",
+            "Memory bound of the key-to-offset maps of all cleaner threads together.", min=0),
+        Key("log.cleaner.io.buffer.size", int, "524288",
+            "Read and write buffer of each cleaner thread.", min=0),
+        Key("log.cleaner.io.buffer.load.factor", float, "0.9",
+            "How full a cleaner's key-to-offset map may get.", min=0, max=1),
+        Key("log.cleaner.io.max.bytes.per.second", float, "1.7976931348623157e308",
+            "Cleaner I/O (read plus written) per second, all threads together.", min=0),
+        Key("log.cleaner.min.cleanable.ratio", float, "0.5",
+            "Default min.cleanable.dirty.ratio of topics.", min=0, max=1),
+        Key("log.cleaner.delete.retention.ms", int, "86400000",
+            "Default delete.retention.ms: how long tombstones outlive their first clean.",
+            min=0),
+        Key("log.cleaner.min.compaction.lag.ms", int, "0",
+            "Default min.compaction.lag.ms: records younger than this are never compacted.",
+            min=0),
+        Key("log.cleaner.max.compaction.lag.ms", int, str(LONG_MAX),
+            "Default max.compaction.lag.ms: a record older than this is compacted whatever "
+            "the dirty ratio.", min=1),
         Key("log.message.timestamp.type", _choice("CreateTime", "LogAppendTime"), "CreateTime",
             "Default message.timestamp.type of topics."),
         Key("message.max.bytes", int, "1048588", "Largest record batch accepted.", min=0),
@@ -138,6 +172,8 @@ KEYS: dict[str, Key] = {
         Key("group.max.session.timeout.ms", int, "1800000", "Largest session timeout allowed.",
             min=1),
         Key("offsets.topic.num.partitions", int, "50", "Partitions of __consumer_offsets.", min=1),
+        Key("offsets.topic.segment.bytes", int, "104857600",
+            "Segment size of __consumer_offsets (smaller segments compact sooner).", min=1),
         Key("offsets.retention.minutes", int, "10080",
             "Committed offsets of a group empty this long are deleted.", min=1),
         Key("offsets.retention.check.interval.ms", int, "600000",

@@ -25,8 +25,8 @@ from protocol.errors import ErrorCode, KafkaError
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 # Topic-level keys (Kafka's names) and the broker key each one defaults from.
-TOPIC_CONFIG_DEFAULTS: dict[str, str | None] = {
-    "cleanup.policy": None,
+TOPIC_CONFIG_DEFAULTS: dict[str, str] = {
+    "cleanup.policy": "log.cleanup.policy",
     "retention.ms": "log.retention.ms",
     "retention.bytes": "log.retention.bytes",
     "segment.bytes": "log.segment.bytes",
@@ -42,11 +42,17 @@ TOPIC_CONFIG_DEFAULTS: dict[str, str | None] = {
     "compression.zstd.level": "compression.zstd.level",
     "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
     "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
 }
 _STRING_TOPIC_KEYS = {"cleanup.policy", "message.timestamp.type", "compression.type"}
-_INT_TOPIC_KEYS = set(TOPIC_CONFIG_DEFAULTS) - _STRING_TOPIC_KEYS
-# Kafka's LONG type with atLeast(0).
-_NON_NEGATIVE_LONG_KEYS = {"message.timestamp.before.max.ms", "message.timestamp.after.max.ms"}
+_DOUBLE_TOPIC_KEYS = {"min.cleanable.dirty.ratio"}  # Kafka's DOUBLE, between(0, 1)
+_INT_TOPIC_KEYS = set(TOPIC_CONFIG_DEFAULTS) - _STRING_TOPIC_KEYS - _DOUBLE_TOPIC_KEYS
+# Kafka's LONG type with atLeast(0) (atLeast(1) for max.compaction.lag.ms).
+_NON_NEGATIVE_LONG_KEYS = {"message.timestamp.before.max.ms", "message.timestamp.after.max.ms",
+                           "delete.retention.ms", "min.compaction.lag.ms"}
 
 
 def validate_topic_name(name: str | None) -> None:
@@ -61,6 +67,8 @@ def validate_topic_configs(configs: dict[str, str]) -> None:
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"unknown topic config {key}")
         if key in _INT_TOPIC_KEYS:
             problem = _int_problem(key, value)
+        elif key in _DOUBLE_TOPIC_KEYS:
+            problem = _ratio_problem(key, value)
         else:
             problem = _string_problem(key, value)
         if problem is not None:
@@ -76,6 +84,18 @@ def _int_problem(key: str, value: str) -> str | None:
         return compression_level_problem(key, number)
     if key in _NON_NEGATIVE_LONG_KEYS and not 0 <= number <= LONG_MAX:
         return f"{key}={value!r} must be between 0 and {LONG_MAX}"
+    if key == "max.compaction.lag.ms" and not 1 <= number <= LONG_MAX:
+        return f"{key}={value!r} must be between 1 and {LONG_MAX}"
+    return None
+
+
+def _ratio_problem(key: str, value: str) -> str | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return f"{key}={value!r} is not a number"
+    if not 0.0 <= number <= 1.0:
+        return f"{key}={value!r} must be between 0 and 1"
     return None
 
 

@@ -29,8 +29,12 @@ log = structlog.get_logger("broker")
 
 def topic_defaults(config: BrokerConfig) -> dict[str, str]:
     """Each topic config's value when a topic does not override it: the broker's key's."""
-    return {key: str(config[broker_key]) if broker_key else "delete"
-            for key, broker_key in TOPIC_CONFIG_DEFAULTS.items()}
+    return {key: _as_text(config[broker_key]) for key, broker_key in TOPIC_CONFIG_DEFAULTS.items()}
+
+
+def _as_text(value: object) -> str:
+    """A broker value as a topic config's text (lists as Kafka writes them: a,b)."""
+    return ",".join(value) if isinstance(value, list) else str(value)
 
 
 def log_config(config: BrokerConfig, overrides: dict[str, str]) -> LogConfig:

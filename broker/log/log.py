@@ -55,7 +55,12 @@ from broker.log.txn_index import (
     TransactionIndex,
     TxnIndexCorruptError,
 )
-from broker.log.validator import TOPIC_CODECS, LogValidator, compression_level_problem
+from broker.log.validator import (
+    TOPIC_CODECS,
+    LogValidator,
+    compression_level_problem,
+    is_compacted,
+)
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import (
     ATTRIBUTES_OFFSET,
@@ -149,6 +154,20 @@ class LogConfig:
     compression_zstd_level: int = 3  # compression.zstd.level
     message_timestamp_before_max_ms: int = LONG_MAX  # log.message.timestamp.before.max.ms
     message_timestamp_after_max_ms: int = LONG_MAX  # log.message.timestamp.after.max.ms
+    delete_retention_ms: int = 24 * 60 * 60 * 1000  # log.cleaner.delete.retention.ms
+    min_compaction_lag_ms: int = 0  # log.cleaner.min.compaction.lag.ms
+    max_compaction_lag_ms: int = LONG_MAX  # log.cleaner.max.compaction.lag.ms
+    min_cleanable_dirty_ratio: float = 0.5  # log.cleaner.min.cleanable.ratio
+
+    @property
+    def compact(self) -> bool:
+        """``compact`` is among the cleanup policies: the log cleaner compacts this log."""
+        return is_compacted(self.cleanup_policy)
+
+    @property
+    def delete(self) -> bool:
+        """``delete`` is among the cleanup policies: retention deletes old segments."""
+        return "delete" in (p.strip().lower() for p in self.cleanup_policy.split(","))
 
     def __post_init__(self) -> None:
         if self.message_timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
@@ -212,6 +231,10 @@ _TOPIC_KEYS: dict[str, tuple[str, Callable[[str], object]]] = {
     "compression.zstd.level": ("compression_zstd_level", int),
     "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", int),
     "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", int),
+    "delete.retention.ms": ("delete_retention_ms", int),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", int),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", int),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", float),
 }
 
 
@@ -836,6 +859,20 @@ class Log:
     def _delete_old_segments(self, now_ms: int, high_watermark: int | None) -> int:
         hw = self._next_offset if high_watermark is None else high_watermark
         deleted = 0
+        if self.config.delete:
+            deleted += self._delete_retention_breached(now_ms, hw)
+        start = self.log_start_offset
+
+        def below_log_start(seg: LogSegment) -> bool:
+            i = self._bases.index(seg.base_offset)
+            upper = self._next_offset if i == len(self._bases) - 1 else self._bases[i + 1]
+            return upper <= start
+
+        deleted += self._delete_prefix(below_log_start, hw, now_ms, "log start offset breach")
+        return deleted
+
+    def _delete_retention_breached(self, now_ms: int, hw: int) -> int:
+        deleted = 0
         retention_bytes = self.config.retention_bytes
         if retention_bytes >= 0:
             size = self.size_in_bytes
@@ -898,6 +935,30 @@ class Log:
                 log_start_offset=self.log_start_offset,
             )
         return len(deletable)
+
+    def maybe_increment_log_start_offset(self, new_start: int, reason: str) -> bool:
+        """Move the log start offset up to ``new_start`` (Kafka's maybeIncrementLogStartOffset).
+
+        DeleteRecords calls it; offsets below are refused to readers at once, and the segments
+        wholly below it go with the next retention pass (whatever the cleanup policy). The
+        caller checks ``new_start`` against the high watermark. Returns whether it moved.
+        """
+        if self.offline:
+            raise self._offline_error()
+        if new_start <= self.log_start_offset:
+            return False
+        if new_start > self._next_offset:
+            raise OffsetOutOfRangeError(
+                f"log start offset {new_start} is past the log end offset {self._next_offset} "
+                f"of {self.topic}-{self.partition}")
+        with self._lock:
+            self.log_start_offset = new_start
+            if self.recovery_point < new_start:
+                self.recovery_point = new_start
+        self.producer_state.on_log_start_offset_incremented(new_start)
+        logger.info("log start offset incremented", topic=self.topic, partition=self.partition,
+                    log_start_offset=new_start, reason=reason)
+        return True
 
     # -- durability ---------------------------------------------------------------------
     def flush(self) -> None:
