@@ -12,7 +12,11 @@ its high watermark stays where the last good write (or fsync) put it.
 
 from __future__ import annotations
 
-from broker.log.log import AppendInfo, AppendOrigin, Log
+from broker.log.log import AppendInfo, AppendOrigin, Log, OffsetOutOfRangeError
+from protocol.errors import ErrorCode, KafkaError
+
+#: DeleteRecords' offset meaning "up to the high watermark" (Kafka's DeleteRecordsRequest).
+HIGH_WATERMARK = -1
 
 
 class Partition:
@@ -59,6 +63,38 @@ class Partition:
         first_unstable = self.log.first_unstable_offset
         hw = self.high_watermark
         return hw if first_unstable is None or first_unstable >= hw else first_unstable
+
+    @property
+    def low_watermark(self) -> int:
+        """Kafka's lowWatermarkIfLeader: the least log start offset of the replicas, so the
+        offset below which no replica still holds data; with no other replica, this log's."""
+        return self.log.log_start_offset
+
+    def delete_records(self, offset: int) -> int:
+        """Kafka's deleteRecordsOnLeader: move the log start offset up to ``offset``
+        (HIGH_WATERMARK: the high watermark) and answer the low watermark.
+
+        Refused with POLICY_VIOLATION when the cleanup policy lacks ``delete`` (a compacted
+        log keeps its latest values), and OFFSET_OUT_OF_RANGE below 0 or past the high
+        watermark: records not yet committed can not be deleted. An offset at or below the
+        current start changes nothing.
+        """
+        log = self.log
+        if not log.config.delete:
+            raise KafkaError(ErrorCode.POLICY_VIOLATION,
+                             f"records of partition {self.topic}-{self.index} can not be "
+                             "deleted due to the configured policy")
+        hw = self.high_watermark
+        target = hw if offset == HIGH_WATERMARK else offset
+        if target < 0:
+            raise OffsetOutOfRangeError(
+                f"the offset {target} for partition {self.topic}-{self.index} is not valid")
+        if target > hw:
+            raise OffsetOutOfRangeError(
+                f"can not move the log start offset of {self.topic}-{self.index} to {target}: "
+                f"past the high watermark {hw}")
+        log.maybe_increment_log_start_offset(target, "client record deletion")
+        return self.low_watermark
 
     def append(self, records: bytearray, now_ms: int,
                origin: AppendOrigin = AppendOrigin.CLIENT) -> tuple[AppendInfo, bool]:

@@ -76,6 +76,14 @@ ProduceResults = dict[TopicPartition, ProduceResult]
 
 
 @dataclass(slots=True)
+class DeleteRecordsResult:
+    """One partition of a DeleteRecords: its error, or the low watermark it now has."""
+
+    error: ErrorCode
+    low_watermark: int = -1
+
+
+@dataclass(slots=True)
 class PartitionFetch:
     """One partition of a fetch: ``tp`` is None when the request named an unknown topic id."""
 
@@ -335,6 +343,42 @@ class ReplicaManager:
             results.append(FetchResult(ErrorCode.NONE, data, hw, p.log_start_offset, lso,
                                        aborted))
         return results
+
+    # -- record deletion ----------------------------------------------------------------------
+    def delete_records(self, offsets: dict[TopicPartition, int], timeout_ms: int
+                       ) -> dict[TopicPartition, DeleteRecordsResult]:
+        """Kafka's deleteRecords: move each partition's log start offset (-1: to its high
+        watermark) and answer its low watermark; fetches parked below a new start answer now,
+        OFFSET_OUT_OF_RANGE. The segments wholly below it go with the next retention pass.
+
+        Always answered at once: Kafka parks a DelayedDeleteRecords until every replica's log
+        start reaches the offset (the low watermark), and with this broker the only replica
+        the low watermark is there as soon as the leader's start moved, so ``timeout_ms``
+        bounds nothing here. The caller refuses the internal topics.
+        """
+        results: dict[TopicPartition, DeleteRecordsResult] = {}
+        for tp, offset in offsets.items():
+            results[tp] = self._delete_records_one(tp, offset)
+        return results
+
+    def _delete_records_one(self, tp: TopicPartition, offset: int) -> DeleteRecordsResult:
+        partition, error = self.partition_or_error(tp)
+        if partition is None:
+            return DeleteRecordsResult(error)
+        before = partition.log_start_offset
+        try:
+            low_watermark = partition.delete_records(offset)
+        except KafkaError as exc:  # KafkaStorageError too: the dir failed under the move
+            code = ErrorCode(exc.error_code)
+            log.info("delete records refused", topic=tp[0], partition=tp[1], offset=offset,
+                     error=code.name, reason=str(exc))
+            return DeleteRecordsResult(code)
+        except Exception:
+            log.exception("delete records failed", topic=tp[0], partition=tp[1], offset=offset)
+            return DeleteRecordsResult(ErrorCode.UNKNOWN_SERVER_ERROR)
+        if partition.log_start_offset > before:
+            self.fetch_purgatory.check_and_complete(tp)
+        return DeleteRecordsResult(ErrorCode.NONE, low_watermark)
 
     # -- retention ----------------------------------------------------------------------------
     def apply_retention(self) -> None:

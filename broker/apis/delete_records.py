@@ -1,0 +1,48 @@
+"""DeleteRecords (key 21): move partitions' log start offsets forward (AdminClient.deleteRecords).
+
+Offset -1 means the high watermark. Each partition answers its new low watermark, or
+UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION (the internal topics are never trimmed by
+a client), POLICY_VIOLATION (a log without the delete cleanup policy), OFFSET_OUT_OF_RANGE
+(below 0 or past the high watermark) or KAFKA_STORAGE_ERROR; -1 as the low watermark with an
+error, as Kafka's INVALID_LOW_WATERMARK.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kafka.protocol.admin import DeleteRecordsResponse
+
+from broker.apis.add_partitions_to_txn import INTERNAL_TOPICS
+from broker.replica_manager import DeleteRecordsResult, TopicPartition
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.context import ApiContext
+    from broker.network.request import Request
+
+TopicResult = DeleteRecordsResponse.DeleteRecordsTopicResult
+PartitionResult = TopicResult.DeleteRecordsPartitionResult
+
+
+def handle(ctx: ApiContext, request: Request) -> DeleteRecordsResponse:
+    req = request.body
+    # A partition named twice is deleted once, to its last offset (Kafka keys them in a map).
+    offsets: dict[TopicPartition, int] = {}
+    for t in req.topics:
+        for p in t.partitions:
+            offsets[(t.name, p.partition_index)] = p.offset
+    refused = {tp: DeleteRecordsResult(ErrorCode.INVALID_TOPIC_EXCEPTION)
+               for tp in offsets
+               if tp[0] in INTERNAL_TOPICS and tp in ctx.replica_manager.partitions}
+    results = ctx.replica_manager.delete_records(
+        {tp: o for tp, o in offsets.items() if tp not in refused}, req.timeout_ms)
+    results.update(refused)
+    by_topic: dict[str, list[PartitionResult]] = {}
+    for tp in offsets:
+        r = results[tp]
+        by_topic.setdefault(tp[0], []).append(PartitionResult(
+            partition_index=tp[1], low_watermark=r.low_watermark, error_code=r.error))
+    return DeleteRecordsResponse(
+        throttle_time_ms=0,
+        topics=[TopicResult(name=name, partitions=parts) for name, parts in by_topic.items()])
