@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -206,16 +207,37 @@ KEYS: dict[str, Key] = {
 
 
 class BrokerConfig:
-    """Parsed configuration; attribute access by Kafka key via `cfg["log.dirs"]`."""
+    """Parsed configuration; attribute access by Kafka key via `cfg["log.dirs"]`.
 
-    def __init__(self, values: dict[str, Any]) -> None:
+    One object for the broker's life, as Kafka's KafkaConfig: a dynamic config change replaces
+    its values in place (``update_from``), so every owner holding it reads the new values on
+    its next use. ``static`` keeps the text given at start (server.properties and overrides),
+    which DescribeConfigs reports as STATIC_BROKER_CONFIG.
+    """
+
+    def __init__(self, values: dict[str, Any], static: dict[str, str] | None = None) -> None:
         self._values = values
+        self.static: dict[str, str] = dict(static or {})
 
     def __getitem__(self, key: str) -> Any:
         return self._values[key]
 
     def items(self) -> Iterable[tuple[str, Any]]:
         return self._values.items()
+
+    def layered(self, *layers: dict[str, str]) -> BrokerConfig:
+        """A new config: the static text overridden by each layer in turn (ConfigError on a
+        bad value), so a dynamic change is checked exactly as server.properties is."""
+        raw = dict(self.static)
+        for layer in layers:
+            raw.update(layer)
+        config = BrokerConfig.from_dict(raw)
+        config.static = dict(self.static)
+        return config
+
+    def update_from(self, other: BrokerConfig) -> None:
+        """Take ``other``'s values (the dynamic change applied); the static text stays."""
+        self._values = dict(other._values)
 
     @property
     def listener(self) -> tuple[str, int]:
@@ -252,7 +274,39 @@ class BrokerConfig:
         if unknown:
             raise ConfigError(f"unknown configuration key: {unknown[0]}")
         values = {name: _parse(key, raw.get(name, key.default)) for name, key in KEYS.items()}
-        return cls(values)
+        return cls(values, raw)
+
+
+def value_text(value: Any) -> str:
+    """A parsed value as Kafka writes it back (ConfigDef.convertToString): lists joined by
+    commas, booleans in lower case, doubles as Java's Double.toString (0.5, 1.0E7)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, float):
+        return _java_double(value)
+    return str(value)
+
+
+def _java_double(x: float) -> str:
+    if x != x:
+        return "NaN"
+    if x in (float("inf"), float("-inf")):
+        return "Infinity" if x > 0 else "-Infinity"
+    if x == 0 or 1e-3 <= abs(x) < 1e7:
+        return repr(x)  # Python's shortest digits, plain notation in this range as Java's
+    exact = Decimal(repr(x))
+    digits = "".join(map(str, exact.as_tuple().digits)).rstrip("0") or "0"
+    sign = "-" if x < 0 else ""
+    return f"{sign}{digits[0]}.{digits[1:] or '0'}E{exact.adjusted()}"
+
+
+def parse_value(name: str, text: str) -> Any:
+    """One key's text parsed and range-checked as at start (ConfigError naming the key)."""
+    if name not in KEYS:
+        raise ConfigError(f"unknown configuration key: {name}")
+    return _parse(KEYS[name], text)
 
 
 def _parse(key: Key, text: str) -> Any:

@@ -47,6 +47,8 @@ TOPIC_CONFIG_DEFAULTS: dict[str, str] = {
     "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
     "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
 }
+# Topic keys of Kafka's LIST type: the only ones IncrementalAlterConfigs may APPEND/SUBTRACT.
+TOPIC_LIST_KEYS = frozenset({"cleanup.policy"})
 _STRING_TOPIC_KEYS = {"cleanup.policy", "message.timestamp.type", "compression.type"}
 _DOUBLE_TOPIC_KEYS = {"min.cleanable.dirty.ratio"}  # Kafka's DOUBLE, between(0, 1)
 _INT_TOPIC_KEYS = set(TOPIC_CONFIG_DEFAULTS) - _STRING_TOPIC_KEYS - _DOUBLE_TOPIC_KEYS
@@ -60,8 +62,13 @@ def validate_topic_name(name: str | None) -> None:
         raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"illegal topic name {name!r}")
 
 
-def validate_topic_configs(configs: dict[str, str]) -> None:
-    """Refuse what Kafka's LogConfig.validate refuses, with INVALID_CONFIG naming the key."""
+def validate_topic_configs(configs: dict[str, str],
+                           defaults: dict[str, str] | None = None) -> None:
+    """Refuse what Kafka's LogConfig.validate refuses, with INVALID_CONFIG naming the key.
+
+    ``defaults`` (the broker's topic defaults) take part in the cross-key check, as Kafka
+    combines the broker's log config with the topic's before checking min <= max lag.
+    """
     for key, value in configs.items():
         if key not in TOPIC_CONFIG_DEFAULTS:
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"unknown topic config {key}")
@@ -73,6 +80,13 @@ def validate_topic_configs(configs: dict[str, str]) -> None:
             problem = _string_problem(key, value)
         if problem is not None:
             raise KafkaError(ErrorCode.INVALID_CONFIG, problem)
+    combined = {**(defaults or {}), **configs}
+    min_lag = int(combined.get("min.compaction.lag.ms", "0"))
+    max_lag = int(combined.get("max.compaction.lag.ms", str(LONG_MAX)))
+    if min_lag > max_lag:
+        raise KafkaError(ErrorCode.INVALID_CONFIG,
+                         f"conflicting topic configs: min.compaction.lag.ms ({min_lag}) > "
+                         f"max.compaction.lag.ms ({max_lag})")
 
 
 def _int_problem(key: str, value: str) -> str | None:
@@ -121,7 +135,12 @@ class TopicInfo:
 
 
 class MetadataStore:
-    """Topics by name and by id, persisted in `<first log dir>/mini-broker-topics.json`."""
+    """Topics by name and by id, and the broker's dynamic configs, persisted in
+    `<first log dir>/mini-broker-topics.json`.
+
+    ``broker_configs`` maps a BROKER resource name ("" for the cluster default, or a node id)
+    to its dynamic overrides, as Kafka keeps them beside the topic configs in its metadata.
+    """
 
     FILE = "mini-broker-topics.json"
 
@@ -129,6 +148,7 @@ class MetadataStore:
         self.path = log_dir / self.FILE
         self.topics: dict[str, TopicInfo] = {}
         self.by_id: dict[uuid.UUID, TopicInfo] = {}
+        self.broker_configs: dict[str, dict[str, str]] = {}
         self.cluster_id = ""
 
     def load(self) -> None:
@@ -138,6 +158,8 @@ class MetadataStore:
             for t in doc["topics"]:
                 self._index(TopicInfo(t["name"], uuid.UUID(t["id"]), t["partitions"],
                                       t["configs"]))
+            self.broker_configs = {name: dict(configs) for name, configs
+                                   in doc.get("broker_configs", {}).items()}
         else:
             self.cluster_id = _base64_uuid(uuid.uuid4())
             self.save()
@@ -150,6 +172,8 @@ class MetadataStore:
                  "configs": t.configs}
                 for t in self.topics.values()
             ],
+            "broker_configs": {name: configs for name, configs in self.broker_configs.items()
+                               if configs},
         }
         atomic_write(self.path, json.dumps(doc, indent=1).encode())
 

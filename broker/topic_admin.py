@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import structlog
 
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, value_text
+from broker.dynamic_config import TOPIC_DEFAULT_KEYS, DynamicBrokerConfig
 from broker.log.dir_failure import KafkaStorageError
 from broker.log.log import LogConfig
 from broker.log.manager import LogManager
@@ -29,12 +30,8 @@ log = structlog.get_logger("broker")
 
 def topic_defaults(config: BrokerConfig) -> dict[str, str]:
     """Each topic config's value when a topic does not override it: the broker's key's."""
-    return {key: _as_text(config[broker_key]) for key, broker_key in TOPIC_CONFIG_DEFAULTS.items()}
-
-
-def _as_text(value: object) -> str:
-    """A broker value as a topic config's text (lists as Kafka writes them: a,b)."""
-    return ",".join(value) if isinstance(value, list) else str(value)
+    return {key: value_text(config[broker_key])
+            for key, broker_key in TOPIC_CONFIG_DEFAULTS.items()}
 
 
 def log_config(config: BrokerConfig, overrides: dict[str, str]) -> LogConfig:
@@ -44,11 +41,21 @@ def log_config(config: BrokerConfig, overrides: dict[str, str]) -> LogConfig:
 
 class TopicAdmin:
     def __init__(self, config: BrokerConfig, metadata: MetadataStore, log_manager: LogManager,
-                 replica_manager: ReplicaManager) -> None:
+                 replica_manager: ReplicaManager,
+                 dynamic: DynamicBrokerConfig | None = None) -> None:
+        """Build after MetadataStore.load and before LogManager.load: without ``dynamic`` it
+        loads the broker's dynamic configs itself, so the logs open with them."""
         self.config = config
         self.metadata = metadata
         self.log_manager = log_manager
         self.replica_manager = replica_manager
+        if dynamic is None:
+            dynamic = DynamicBrokerConfig(config, metadata)
+            dynamic.load()
+        self.dynamic = dynamic
+        # Kafka's DynamicLogConfig: a changed broker default reaches every topic at once.
+        dynamic.add_reconfigurable(TOPIC_DEFAULT_KEYS, lambda _config: self.refresh_all())
+        log_manager.default_config = self.log_config({})
 
     # -- configs --------------------------------------------------------------------------------
     def topic_config(self, topic: TopicInfo | None) -> dict[str, str]:
@@ -63,6 +70,68 @@ class TopicAdmin:
     def log_config(self, overrides: dict[str, str]) -> LogConfig:
         return log_config(self.config, overrides)
 
+    def topic_overrides(self, name: str) -> dict[str, str]:
+        """A topic's own configs (empty for an unknown topic, as Kafka's config store)."""
+        info = self.metadata.topics.get(name)
+        return dict(info.configs) if info is not None else {}
+
+    def alter_topic_configs(self, name: str, configs: dict[str, str],
+                            validate_only: bool = False) -> None:
+        """Replace a topic's overrides with ``configs`` (AlterConfigs; IncrementalAlterConfigs
+        passes the set its operations produce): checked as Kafka's controller checks them
+        (name, then LogConfig.validate over the broker defaults, then existence), persisted,
+        and applied to every partition's log at once."""
+        if not name:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed.")
+        validate_topic_name(name)
+        validate_topic_configs(configs, self._defaults())
+        info = self.metadata.topics.get(name)
+        if info is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name}")
+        if validate_only:
+            return
+        before, info.configs = info.configs, dict(configs)
+        try:
+            self.metadata.save()
+        except BaseException:
+            info.configs = before
+            raise
+        self._apply(info)
+        log.info("topic configs altered", topic=name, configs=configs)
+
+    def refresh_all(self) -> None:
+        """The broker's topic defaults changed: every topic's logs take their new config."""
+        self.log_manager.default_config = self.log_config({})
+        for info in list(self.metadata.topics.values()):
+            self._apply(info)
+
+    def _apply(self, info: TopicInfo) -> None:
+        cfg = self.log_config(info.configs)
+        cleaner = getattr(self.log_manager, "cleaner", None)
+        for index in range(info.partitions):
+            partition = self.replica_manager.partitions.get((info.name, index))
+            if partition is None:
+                continue
+            was_compacted = partition.log.config.compact
+            partition.log.update_config(cfg)
+            if was_compacted and not cfg.compact and cleaner is not None:
+                # Kafka's updateTopicConfig: a clean under way would remove what the topic
+                # now keeps, so it is aborted.
+                cleaner.abort_and_pause(partition.key)
+                cleaner.resume(partition.key)
+            self._gate_by_flush(partition, cfg)
+
+    def _gate_by_flush(self, partition: Partition, cfg: LogConfig) -> None:
+        """flush.messages=1 holds the high watermark at the last fsync; ungated, what is
+        appended is readable at once, so the high watermark moves up to the log end."""
+        gated = cfg.flush_interval_messages == 1
+        if partition.hw_gated_by_flush == gated:
+            return
+        partition.hw_gated_by_flush = gated
+        if not gated and partition.advance_high_watermark(partition.log_end_offset,
+                                                          partition.appended_bytes):
+            self.replica_manager.on_high_watermark(partition)
+
     # -- topics ---------------------------------------------------------------------------------
     def check_new_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
         """Everything create_topic checks, without creating (CreateTopics' validate_only)."""
@@ -71,7 +140,7 @@ class TopicAdmin:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name} already exists")
         if partitions < 1:
             raise KafkaError(ErrorCode.INVALID_PARTITIONS, "partitions must be at least 1")
-        validate_topic_configs(configs)
+        validate_topic_configs(configs, self._defaults())
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
         self.check_new_topic(name, partitions, configs)

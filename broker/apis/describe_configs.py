@@ -1,13 +1,22 @@
-"""DescribeConfigs (key 32): topic configs (overrides over broker defaults) and broker configs."""
+"""DescribeConfigs (key 32): topic and broker configs, each with where its value comes from.
+
+As Kafka's ConfigHelper: a value's source is that of its first synonym in order of precedence
+(the topic's own override, this broker's dynamic config, the cluster default, the static
+config, the default), and v1+ lists those synonyms when asked. A topic key's synonyms are its
+broker key's (retention.ms -> log.retention.ms). Values are written as Kafka writes them back
+(lists with commas, doubles as Java's Double.toString).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import DescribeConfigsResponse
 
-from broker.config import KEYS
-from protocol.errors import ErrorCode
+from broker.config import KEYS, value_text
+from broker.dynamic_config import DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG
+from broker.metadata import TOPIC_CONFIG_DEFAULTS, validate_topic_name
+from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from broker.context import ApiContext
@@ -15,64 +24,123 @@ if TYPE_CHECKING:
 
 Result = DescribeConfigsResponse.DescribeConfigsResult
 Entry = Result.DescribeConfigsResourceResult
+Synonym = Entry.DescribeConfigsSynonym
 
 TOPIC, BROKER = 2, 4
-# ConfigSource values of Kafka's DescribeConfigs.
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 # ConfigType values (v3+), which the Java Admin shows as ConfigEntry.type().
-BOOLEAN, STRING, INT, LONG, LIST = 1, 2, 3, 5, 7
-# Kafka's ConfigDef types of the topic keys served (TopicConfig / LogConfig).
+BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
+# Kafka's ConfigDef types of the topic keys served (TopicConfig / LogConfig); others are LONG.
 TOPIC_TYPES = {
     "cleanup.policy": LIST, "compression.type": STRING, "message.timestamp.type": STRING,
     "segment.bytes": INT, "max.message.bytes": INT, "index.interval.bytes": INT,
     "compression.gzip.level": INT, "compression.lz4.level": INT, "compression.zstd.level": INT,
+    "min.cleanable.dirty.ratio": DOUBLE,
 }
-# Broker keys Kafka types LONG although they are not durations.
+# Broker keys Kafka types LONG although they are not durations, and .ms keys it types INT.
 _LONG_BROKER_KEYS = {"log.retention.bytes", "log.flush.interval.messages",
-                     "queued.max.request.bytes"}
+                     "queued.max.request.bytes", "log.cleaner.dedupe.buffer.size"}
+_INT_MS_BROKER_KEYS = {
+    "group.initial.rebalance.delay.ms", "group.min.session.timeout.ms",
+    "group.max.session.timeout.ms", "transaction.max.timeout.ms",
+    "transactional.id.expiration.ms", "log.flush.offset.checkpoint.interval.ms",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+}
 
 
 def handle(ctx: ApiContext, request: Request) -> DescribeConfigsResponse:
-    results = [_describe(ctx, r) for r in request.body.resources]
+    body = request.body
+    synonyms = bool(getattr(body, "include_synonyms", False))
+    docs = bool(getattr(body, "include_documentation", False))
+    results = []
+    for res in body.resources:
+        try:
+            results.append(_describe(ctx, res, synonyms, docs))
+        except KafkaError as exc:
+            results.append(_error(res, exc.error_code, str(exc)))
     return DescribeConfigsResponse(throttle_time_ms=0, results=results)
 
 
-def _describe(ctx: ApiContext, res) -> Result:  # type: ignore[no-untyped-def]
+def _describe(ctx: ApiContext, res: Any, synonyms: bool, docs: bool) -> Result:
     if res.resource_type == TOPIC:
-        info = ctx.topics.metadata.topics.get(res.resource_name)
-        if info is None:
-            return _error(res, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "unknown topic")
-        values = {
-            k: (v, DYNAMIC_TOPIC_CONFIG if k in info.configs else DEFAULT_CONFIG)
-            for k, v in ctx.topics.topic_config(info).items()
-        }
+        entries = _topic_entries(ctx, res.resource_name, synonyms, docs)
+        if entries is None:  # Kafka answers an unknown topic without a message
+            return _error(res, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
     elif res.resource_type == BROKER:
-        if res.resource_name not in ("", str(ctx.node.node_id)):
-            return _error(res, ErrorCode.INVALID_REQUEST, "unknown broker")
-        values = {
-            k: (",".join(v) if isinstance(v, list) else str(v).lower()
-                if isinstance(v, bool) else str(v), STATIC_BROKER_CONFIG)
-            for k, v in ctx.config.items() if k in KEYS
-        }
+        entries = _broker_entries(ctx, res.resource_name, synonyms, docs)
     else:
-        return _error(res, ErrorCode.INVALID_REQUEST, f"resource type {res.resource_type}")
-    keys = res.configuration_keys
-    entries = [
-        Entry(name=k, value=v, read_only=res.resource_type == BROKER, config_source=src,
-              is_default=src == DEFAULT_CONFIG, is_sensitive=False, synonyms=[],
-              config_type=_type(res.resource_type, k), documentation=None)
-        for k, (v, src) in values.items() if keys is None or k in keys
-    ]
+        return _error(res, ErrorCode.INVALID_REQUEST,
+                      f"Unsupported resource type: {res.resource_type}")
+    wanted = res.configuration_keys
+    if wanted:  # null or empty: every key
+        entries = [e for e in entries if e.name in wanted]
     return Result(error_code=0, error_message=None, resource_type=res.resource_type,
                   resource_name=res.resource_name, configs=entries)
 
 
-def _type(resource_type: int, key: str) -> int:
-    if resource_type == TOPIC:
-        return TOPIC_TYPES.get(key, LONG)  # the other topic keys are Kafka LONGs (.ms, bytes)
+def _topic_entries(ctx: ApiContext, name: str, synonyms: bool, docs: bool) -> list[Entry] | None:
+    validate_topic_name(name)
+    info = ctx.topics.metadata.topics.get(name)
+    if info is None:
+        return None
+    dynamic = ctx.topics.dynamic
+    entries = []
+    for key, value in ctx.topics.topic_config(info).items():
+        broker_key = TOPIC_CONFIG_DEFAULTS[key]
+        text = _topic_value_text(key, value)
+        found = dynamic.synonyms(broker_key)
+        if key in info.configs:
+            found.insert(0, (key, text, DYNAMIC_TOPIC_CONFIG))
+        source = found[0][2]
+        entries.append(_entry(key, text, source, False, found if synonyms else [],
+                              TOPIC_TYPES.get(key, LONG),
+                              KEYS[broker_key].doc if docs else None))
+    return entries
+
+
+def _broker_entries(ctx: ApiContext, name: str, synonyms: bool, docs: bool) -> list[Entry]:
+    dynamic = ctx.topics.dynamic
+    per_broker = bool(dynamic.resource(name))
+    keys = list(KEYS) if per_broker else list(dynamic.overrides(""))
+    updatable = dynamic.updatable
+    entries = []
+    for key in keys:
+        found = dynamic.synonyms(key, per_broker)
+        text = value_text(ctx.config[key]) if per_broker else found[0][1]
+        source = found[0][2] if found else DEFAULT_CONFIG
+        entries.append(_entry(key, text, source, key not in updatable,
+                              found if synonyms else [], _broker_type(key),
+                              KEYS[key].doc if docs else None))
+    return entries
+
+
+def _entry(name: str, value: str, source: int, read_only: bool,
+           synonyms: list[tuple[str, str, int]], config_type: int, doc: str | None) -> Entry:
+    return Entry(name=name, value=value, read_only=read_only, config_source=source,
+                 is_default=source == DEFAULT_CONFIG, is_sensitive=False,
+                 synonyms=[Synonym(name=n, value=v, source=s) for n, v, s in synonyms],
+                 config_type=config_type, documentation=doc)
+
+
+def _topic_value_text(key: str, text: str) -> str:
+    """A topic value as Kafka writes its parsed value back ("1" for a ratio is "1.0")."""
+    kind = TOPIC_TYPES.get(key, LONG)
+    if kind in (INT, LONG):
+        return str(int(text))
+    if kind == DOUBLE:
+        return value_text(float(text))
+    if kind == LIST:
+        return ",".join(p.strip() for p in text.split(",") if p.strip())
+    return text
+
+
+def _broker_type(key: str) -> int:
     spec = KEYS[key]
     if spec.parse is int:
+        if key in _INT_MS_BROKER_KEYS:
+            return INT
         return LONG if key.endswith(".ms") or key in _LONG_BROKER_KEYS else INT
+    if spec.parse is float:
+        return DOUBLE
     try:
         default = spec.parse(spec.default)
     except ValueError:
@@ -82,6 +150,6 @@ def _type(resource_type: int, key: str) -> int:
     return LIST if isinstance(default, list) else STRING
 
 
-def _error(res, code: ErrorCode, message: str) -> Result:  # type: ignore[no-untyped-def]
+def _error(res: Any, code: ErrorCode, message: str | None) -> Result:
     return Result(error_code=code, error_message=message, resource_type=res.resource_type,
                   resource_name=res.resource_name, configs=[])

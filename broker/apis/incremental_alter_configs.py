@@ -1,0 +1,89 @@
+"""IncrementalAlterConfigs (key 44, v0-1): SET, DELETE, APPEND and SUBTRACT on single keys.
+
+The operations turn the resource's current overrides into new ones (APPEND/SUBTRACT only on
+LIST keys, starting from the key's default when it has no override, as Kafka's controller
+does), then the new set goes through the same checks and the same apply as AlterConfigs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.admin import IncrementalAlterConfigsResponse
+
+from broker.apis.alter_configs import BROKER, TOPIC, answer, check_keys
+from broker.config import KEYS
+from broker.dynamic_config import is_list_key
+from broker.metadata import TOPIC_CONFIG_DEFAULTS, TOPIC_LIST_KEYS
+from protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from broker.context import ApiContext
+    from broker.network.request import Request
+
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+_OP_NAMES = {APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
+
+
+def handle(ctx: ApiContext, request: Request) -> IncrementalAlterConfigsResponse:
+    body = request.body
+    return answer(IncrementalAlterConfigsResponse, body.resources,
+                  lambda res: _alter(ctx, res, body.validate_only))
+
+
+def _alter(ctx: ApiContext, res: Any, validate_only: bool) -> None:
+    check_keys([c.name for c in res.configs],
+               [c.name for c in res.configs if c.value is None and c.config_operation != DELETE])
+    ops = [(c.name, c.config_operation, c.value) for c in res.configs]
+    if res.resource_type == TOPIC:
+        current = ctx.topics.topic_overrides(res.resource_name)
+        new = apply_ops(current, ops, TOPIC_LIST_KEYS.__contains__, _topic_default)
+        ctx.topics.alter_topic_configs(res.resource_name, new, validate_only)
+    elif res.resource_type == BROKER:
+        dynamic = ctx.topics.dynamic
+        current = dynamic.overrides(res.resource_name)
+        new = apply_ops(current, ops, _broker_list_key, lambda key: KEYS[key].default)
+        dynamic.alter(res.resource_name, new, validate_only)
+    else:
+        raise KafkaError(ErrorCode.INVALID_REQUEST,
+                         f"Unknown resource type {res.resource_type}")
+
+
+def apply_ops(current: dict[str, str], ops: list[tuple[str, int, str | None]],
+              is_list: Callable[[str], bool], default: Callable[[str], str]) -> dict[str, str]:
+    """The overrides after ``ops``, in order; INVALID_REQUEST for an unknown operation,
+    INVALID_CONFIG for APPEND/SUBTRACT on a key that is not a LIST."""
+    new = dict(current)
+    for name, op, value in ops:
+        if op == SET:
+            new[name] = value  # type: ignore[assignment]  # null refused by check_keys
+        elif op == DELETE:
+            new.pop(name, None)
+        elif op in (APPEND, SUBTRACT):
+            if not is_list(name):
+                raise KafkaError(ErrorCode.INVALID_CONFIG,
+                                 f"Can't {_OP_NAMES[op]} to key {name} because its type is "
+                                 "not LIST.")
+            base = new[name] if name in new else default(name)
+            parts = [p for p in base.split(",") if p]
+            given = (value or "").split(",")
+            if op == APPEND:
+                parts += [p for p in dict.fromkeys(given) if p not in parts]
+            else:
+                parts = [p for p in parts if p not in given]
+            new[name] = ",".join(parts)
+        else:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown operations type {op}")
+    return new
+
+
+def _topic_default(key: str) -> str:
+    """A topic key's own default (Kafka's LogConfig default, not the broker's setting)."""
+    return KEYS[TOPIC_CONFIG_DEFAULTS[key]].default
+
+
+def _broker_list_key(key: str) -> bool:
+    if key not in KEYS:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown config name: {key}")
+    return is_list_key(key)
