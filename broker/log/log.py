@@ -71,6 +71,7 @@ from protocol.record_batch import (
     RecordBatchError,
     assign_offsets,
     build_end_txn_marker,
+    iter_batches,
     read_end_txn_marker,
     validate_produce_records,
 )
@@ -90,7 +91,11 @@ logger = structlog.get_logger("broker.log")
 LONG_MAX = 2**63 - 1
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
-_LEFTOVER_SUFFIXES = (".deleted", ".cleaned", ".swap", ".tmp")
+CLEANED_FILE_SUFFIX = ".cleaned"
+SWAP_FILE_SUFFIX = ".swap"
+DELETED_FILE_SUFFIX = ".deleted"
+_LEFTOVER_SUFFIXES = (DELETED_FILE_SUFFIX, CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX, ".tmp")
+_SWAP_LOG_NAME = re.compile(r"^(\d{20})\.log\.swap$")
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)$")
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 # From attributes (21): attributes, lastOffsetDelta, baseTimestamp, maxTimestamp, producerId,
@@ -298,6 +303,9 @@ class Log:
         self.producer_state = ProducerStateManager(self.dir, topic, partition)
         #: a transaction index failed its check at load: rebuild them all from the log start.
         self._rebuild_txn_indexes = False
+        #: the partition's high watermark, None while no partition tracks it (then the log
+        #: end offset stands for it): the cleaner never cleans past it.
+        self.high_watermark: int | None = None
         self._load(clean_shutdown, recovery_point, log_start_offset, now_ms)
 
     @classmethod
@@ -330,12 +338,19 @@ class Log:
         self, clean_shutdown: bool, recovery_point: int, log_start_offset: int, now_ms: int | None
     ) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
+        swaps: list[int] = []
+        for entry in os.scandir(self.dir):
+            name = entry.name
+            m = _SWAP_LOG_NAME.match(name)
+            if m is not None:
+                swaps.append(int(m.group(1)))
+            elif name.endswith(_LEFTOVER_SUFFIXES):
+                os.unlink(entry.path)  # debris of an interrupted delete, clean or swap
+        for base in sorted(swaps):
+            self._complete_swap(base)
         bases: set[int] = set()
         for entry in os.scandir(self.dir):
             name = entry.name
-            if name.endswith(_LEFTOVER_SUFFIXES):
-                os.unlink(entry.path)  # debris of an interrupted delete or swap
-                continue
             m = _SEGMENT_NAME.match(name)
             if m is not None and m.group(2) == "log":
                 bases.add(int(m.group(1)))
@@ -391,6 +406,36 @@ class Log:
             load_limit,
             recovery_point=self.recovery_point,
         )
+
+    def _complete_swap(self, base: int) -> None:
+        """Finish a segment swap a crash interrupted (Kafka's LogLoader swap recovery).
+
+        A ``<base>.log.swap`` exists only once a cleaned segment was written whole and fsynced
+        (see ``replace_segments``), so it replaces every segment whose base offset lies in the
+        offsets it covers, ``[base, its next offset)``; the replaced segments' files may still
+        be there under their own names or may already be gone (renamed ``.deleted``). Its
+        index files are not trusted (they may be half renamed): the offset and time indexes
+        are rebuilt when the segment opens, the transaction indexes by a producer-state scan
+        from the log start.
+        """
+        swap = self.dir / f"{base:020d}.log{SWAP_FILE_SUFFIX}"
+        end = max(_next_offset_of_file(swap, base), base + 1)
+        for entry in list(os.scandir(self.dir)):
+            m = _SEGMENT_NAME.match(entry.name)
+            if m is None or m.group(2) != "log":
+                continue
+            other = int(m.group(1))
+            if base <= other < end:
+                for suffix in (".log", INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
+                               TXN_INDEX_FILE_SUFFIX):
+                    (self.dir / f"{other:020d}{suffix}").unlink(missing_ok=True)
+        for suffix in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX):
+            (self.dir / f"{base:020d}{suffix}").unlink(missing_ok=True)
+        os.replace(swap, self.dir / f"{base:020d}.log")
+        disk.fsync_dir(self.dir)
+        self._rebuild_txn_indexes = True
+        logger.info("completed an interrupted segment swap", dir=str(self.dir), base_offset=base,
+                    next_offset=end)
 
     def _index_interval(self) -> int:
         return self.config.index_interval_bytes
@@ -675,7 +720,90 @@ class Log:
 
     def on_high_watermark_updated(self, high_watermark: int) -> None:
         """The partition's high watermark moved: decided transactions below it are stable."""
+        self.high_watermark = high_watermark
         self.producer_state.on_high_watermark_updated(high_watermark)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's lastStableOffset: the first unstable offset, capped by the high watermark
+        (the log end offset while no partition tracks one). The cleaner stops below it."""
+        hw = self._next_offset if self.high_watermark is None else self.high_watermark
+        unstable = self.first_unstable_offset
+        return hw if unstable is None else min(unstable, hw)
+
+    def last_records_of_active_producers(self) -> dict[int, tuple[int | None, int]]:
+        """Per producer id: (offset of its last data batch or None, its epoch): the batches
+        (or the marker) the cleaner keeps, even empty, so sequences and fencing survive
+        (Kafka's lastRecordsOfActiveProducers)."""
+        out: dict[int, tuple[int | None, int]] = {}
+        for entry in self.producer_state.active_producers():
+            last_data = entry.batches[-1].last_offset if entry.batches else None
+            out[entry.producer_id] = (last_data, entry.producer_epoch)
+        return out
+
+    # -- cleaning: snapshot and swap -----------------------------------------------------------
+    def segments_for_cleaning(self, upper_offset: int) -> list[tuple[LogSegment, int, int]]:
+        """``(segment, dup'd .log fd, size)`` of each inactive segment whose base offset is
+        below ``upper_offset``, taken under the lock (as ``flush`` does): the cleaner reads
+        through the fds, which stay valid if the loop deletes or closes the segment meanwhile.
+        The caller closes the fds."""
+        out: list[tuple[LogSegment, int, int]] = []
+        with self._lock:
+            if self._closed:
+                return out
+            try:
+                for seg in self.segments[:-1]:
+                    if seg.base_offset >= upper_offset or seg.closed:
+                        break
+                    out.append((seg, seg.dup_log_fd(), seg.size))
+            except OSError:
+                for _seg, fd, _size in out:
+                    os.close(fd)
+                raise
+        return out
+
+    def replace_segments(self, cleaned: LogSegment, old: list[LogSegment]) -> bool:
+        """Swap ``cleaned`` (its files named ``.cleaned``, written whole and fsynced) in for
+        the consecutive inactive segments ``old``; on the event loop. False, with nothing
+        changed, when ``old`` are no longer this log's (retention, DeleteRecords, a close or
+        a delete got there first): the caller deletes the cleaned files.
+
+        Crash-safe as Kafka's replaceSegments: ``.cleaned`` -> ``.swap`` (dir fsynced), each
+        old segment's files -> ``.deleted`` (dir fsynced), ``.swap`` -> final names; the old
+        files are unlinked by the caller afterwards. ``_complete_swap`` finishes the job at
+        load wherever a crash stopped it. A disk error takes the dir offline.
+        """
+        if self._closed or self.offline or not old:
+            return False
+        segments = self.segments
+        try:
+            i = next(k for k, seg in enumerate(segments) if seg is old[0])
+        except StopIteration:
+            return False
+        if i + len(old) >= len(segments) or any(
+            segments[i + k] is not seg for k, seg in enumerate(old)
+        ):
+            return False  # gone, or would reach the active segment
+        if cleaned.base_offset != old[0].base_offset:
+            raise ValueError(
+                f"cleaned segment base {cleaned.base_offset} != first replaced base "
+                f"{old[0].base_offset}")
+        try:
+            cleaned.change_file_suffix(SWAP_FILE_SUFFIX)
+            disk.fsync_dir(self.dir)
+            for seg in old:
+                seg.change_file_suffix(DELETED_FILE_SUFFIX)
+            disk.fsync_dir(self.dir)
+            cleaned.change_file_suffix("")
+        except OSError as e:
+            raise self._dir_failed("swapping cleaned segments into", e) from e
+        cleaned.index_interval_bytes = self.config.index_interval_bytes
+        with self._lock:
+            segments[i : i + len(old)] = [cleaned]
+            self._bases[i : i + len(old)] = [cleaned.base_offset]
+            for seg in old:
+                seg.close_quietly()
+        return True
 
     def collect_aborted_transactions(
         self, start_offset: int, upper_bound_offset: int
@@ -1068,6 +1196,23 @@ def _quietly(undo: Callable[[int], None], arg: int) -> None:
         undo(arg)
     except OSError:
         pass
+
+
+def _next_offset_of_file(path: Path, base: int) -> int:
+    """The offset after the last whole batch of a ``.log`` file (``base`` when it has none)."""
+    fd = disk.open_file(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        data = disk.pread(fd, size, 0)
+    finally:
+        os.close(fd)
+    next_offset = base
+    try:
+        for _pos, header in iter_batches(data):
+            next_offset = header.next_offset
+    except CorruptRecordError:
+        pass  # cannot happen to a file fsynced whole; recovery judges its batches anyway
+    return next_offset
 
 
 def _fsync_files(paths: list[Path]) -> None:

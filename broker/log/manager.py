@@ -30,12 +30,18 @@ import fcntl
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
 from broker.log import disk
 from broker.log.dir_failure import KafkaStorageError, LogDirFailureChannel
 from broker.log.log import Log, LogConfig, parse_topic_partition_dir
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from broker.log.cleaner import CleanerConfig, LogCleaner
 
 __all__ = [
     "LogManager",
@@ -113,6 +119,8 @@ class LogManager:
         self.logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
         self._lock_fds: list[int] = []
+        #: the log cleaner, once ``start_cleaner`` ran (compaction of ``compact`` logs)
+        self.cleaner: LogCleaner | None = None
 
     # -- log dir health ----------------------------------------------------------------------
     @property
@@ -233,11 +241,36 @@ class LogManager:
             f"{', '.join(str(d) for d in self.log_dirs)}")
 
     def delete_log(self, tp: TopicPartition) -> None:
-        """Close and remove a partition's directory; unknown partitions are ignored."""
-        log = self.logs.pop(tp, None)
-        self._dir_of.pop(tp, None)
-        if log is not None:
-            log.delete()
+        """Close and remove a partition's directory; unknown partitions are ignored. A clean
+        of it in progress is dropped and its cleaner checkpoint entry goes (Kafka's
+        abortCleaning and updateCheckpoints)."""
+        cleaner = self.cleaner
+        if cleaner is not None:
+            cleaner.abort_and_pause(tp)
+        try:
+            log = self.logs.pop(tp, None)
+            if log is not None:
+                log.delete()
+            if cleaner is not None:
+                cleaner.remove_partition(tp)
+            self._dir_of.pop(tp, None)
+        finally:
+            if cleaner is not None:
+                cleaner.resume(tp)
+
+    # -- the log cleaner -------------------------------------------------------------------------
+    def start_cleaner(self, config: CleanerConfig,
+                      loop: asyncio.AbstractEventLoop | None) -> LogCleaner:
+        """Start the log cleaner's threads (none when disabled); call after the logs are
+        loaded, on the event loop its swaps run on."""
+        from broker.log.cleaner import LogCleaner
+
+        if self.cleaner is None:
+            self.cleaner = LogCleaner(config, self)
+        else:
+            self.cleaner.reconfigure(config)
+        self.cleaner.start(loop)
+        return self.cleaner
 
     # -- flush and checkpoints (blocking: call from a worker thread, or at shutdown) ------------
     def flush_all(self) -> None:
@@ -280,8 +313,11 @@ class LogManager:
         """Flush and close every log, checkpoint, then write the clean-shutdown markers.
 
         As Kafka, only in the live dirs: an offline dir's logs are closed without writing and
-        it gets neither checkpoints nor a marker, so the next start recovers it.
+        it gets neither checkpoints nor a marker, so the next start recovers it. The cleaner
+        stops first, so no swap races the closes.
         """
+        if self.cleaner is not None:
+            self.cleaner.shutdown()
         for log in list(self.logs.values()):
             try:
                 log.close()

@@ -637,6 +637,8 @@ class ProducerStateManager:
                 continue
             base_offset = h.base_offset
             if h.is_control:
+                if h.record_count == 0:
+                    continue  # the cleaner emptied it: its transaction is gone (as Kafka)
                 self._scan_marker(seg, pos, h.size_in_bytes, pid, h.producer_epoch,
                                   base_offset, h.max_timestamp)
                 continue

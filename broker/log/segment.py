@@ -84,14 +84,20 @@ class LogSegment:
         index_interval_bytes: int,
         *,
         now_ms: int | None = None,
+        file_suffix: str = "",
     ) -> None:
         self.dir = dir
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
-        self.log_path = dir / segment_file_name(base_offset, LOG_FILE_SUFFIX)
-        self.index_path = dir / segment_file_name(base_offset, INDEX_FILE_SUFFIX)
-        self.time_index_path = dir / segment_file_name(base_offset, TIME_INDEX_FILE_SUFFIX)
-        self.txn_index_path = dir / segment_file_name(base_offset, TXN_INDEX_FILE_SUFFIX)
+        self.file_suffix = file_suffix
+        self.log_path = dir / segment_file_name(base_offset, LOG_FILE_SUFFIX + file_suffix)
+        self.index_path = dir / segment_file_name(base_offset, INDEX_FILE_SUFFIX + file_suffix)
+        self.time_index_path = dir / segment_file_name(
+            base_offset, TIME_INDEX_FILE_SUFFIX + file_suffix
+        )
+        self.txn_index_path = dir / segment_file_name(
+            base_offset, TXN_INDEX_FILE_SUFFIX + file_suffix
+        )
         self._fd = disk.open_file(self.log_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         self._size = os.fstat(self._fd).st_size
         try:
@@ -445,6 +451,10 @@ class LogSegment:
             raise
         return fds
 
+    def dup_log_fd(self) -> int:
+        """A private duplicate of the ``.log`` fd: a cleaner thread reads through it."""
+        return os.dup(self._fd)
+
     def flush(self) -> None:
         """fsync the log and the indexes (Kafka's LogSegment.flush)."""
         disk.fsync(self._fd)
@@ -472,11 +482,43 @@ class LogSegment:
         self.time_index.close()
         self.txn_index.close()
 
+    def change_file_suffix(self, new_suffix: str) -> None:
+        """Rename the segment's files from the current suffix to ``new_suffix`` while open
+        (Kafka's changeFileSuffixes; the fds stay valid). The ``.log`` file goes last, so a
+        ``.log`` with a suffix implies its indexes carry it too."""
+        old_suffix = self.file_suffix
+        indexes = (self.offset_index, self.time_index, self.txn_index)
+        for index in indexes:
+            target = _with_suffix(index.path, old_suffix, new_suffix)
+            if index.path.exists():
+                os.replace(index.path, target)
+            index.path = target
+        target = _with_suffix(self.log_path, old_suffix, new_suffix)
+        os.replace(self.log_path, target)
+        self.log_path = target
+        self.index_path = self.offset_index.path
+        self.time_index_path = self.time_index.path
+        self.txn_index_path = self.txn_index.path
+        self.file_suffix = new_suffix
+
+    def file_paths(self) -> list[Path]:
+        """The segment's files under their current names (the ``.txnindex`` one may not exist)."""
+        return [self.log_path, self.index_path, self.time_index_path, self.txn_index_path]
+
     def delete(self) -> None:
         """Close and remove the segment's files, the transaction index with them."""
         self.close_quietly()
         for path in (self.log_path, self.index_path, self.time_index_path, self.txn_index_path):
             path.unlink(missing_ok=True)
+
+
+def _with_suffix(path: Path, old_suffix: str, new_suffix: str) -> Path:
+    name = path.name
+    if old_suffix:
+        if not name.endswith(old_suffix):
+            raise ValueError(f"{path} does not end with {old_suffix!r}")
+        name = name[: -len(old_suffix)]
+    return path.with_name(name + new_suffix)
 
 
 def _cut_to_whole_batches(data: bytes, max_offset: int | None) -> bytes | memoryview:
