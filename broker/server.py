@@ -16,6 +16,7 @@ import structlog
 from broker import apis
 from broker.config import BrokerConfig
 from broker.context import ApiContext, Node
+from broker.dynamic_config import CONNECTION_KEYS, DynamicBrokerConfig
 from broker.fetch_session import FetchSessionCache
 from broker.group.coordinator import GroupConfig, GroupCoordinator
 from broker.group.offsets_store import OffsetsStore
@@ -57,10 +58,13 @@ class Broker:
         for d in self.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
         self.metadata.load()
+        # Kafka's DynamicBrokerConfig: the stored dynamic configs count from the first read.
+        dynamic = DynamicBrokerConfig(cfg, self.metadata)
+        dynamic.load()
         self.producer_ids.load()
         timer = Timer()
         rm = self.replica_manager = ReplicaManager(cfg["log.flush.interval.ms"], timer)
-        topics = TopicAdmin(cfg, self.metadata, self.log_manager, rm)
+        topics = TopicAdmin(cfg, self.metadata, self.log_manager, rm, dynamic)
         self.log_manager.load()
         topics.open_all()
         store = OffsetsStore(rm, topics, cfg["offsets.topic.num.partitions"])
@@ -84,6 +88,9 @@ class Broker:
             max_connections=cfg["max.connections"],
             max_connections_per_ip=cfg["max.connections.per.ip"],
             idle_ms=cfg["connections.max.idle.ms"])
+        quotas = self.channel.quotas
+        dynamic.add_reconfigurable(CONNECTION_KEYS, lambda c: quotas.set_limits(
+            c["max.connections"], c["max.connections.per.ip"]))
         if self.metrics is not None and metrics_listener is not None:
             self.metrics.observe(self.channel, rm, coordinator, self.metadata, self.log_manager,
                                  transactions)

@@ -215,8 +215,9 @@ class OffsetsStore:
     def ensure_topic(self) -> None:
         info = self.topics.metadata.topics.get(TOPIC)
         if info is None:
+            segment_bytes = str(self.topics.config["offsets.topic.segment.bytes"])
             self.topics.create_topic(TOPIC, self.num_partitions,
-                                     {"cleanup.policy": "compact", "segment.bytes": "104857600"})
+                                     {"cleanup.policy": "compact", "segment.bytes": segment_bytes})
         else:
             self.num_partitions = info.partitions
 

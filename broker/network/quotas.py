@@ -27,6 +27,11 @@ class ConnectionQuotas:
         self.refused: dict[str, int] = {MAX_CONNECTIONS: 0, MAX_PER_IP: 0}
         self.idle_closed = 0
 
+    def set_limits(self, max_connections: int, max_per_ip: int) -> None:
+        """New limits (a dynamic config change): as Kafka, they bind new connections only."""
+        self.max_connections = max_connections
+        self.max_per_ip = max_per_ip
+
     def admit(self, ip: str) -> bool:
         """Take a slot for a new connection from ``ip``; False (counted, logged) when over."""
         if self.count >= self.max_connections:

@@ -140,3 +140,26 @@ def test_idle_connections_are_closed_and_busy_ones_are_not(broker_factory) -> No
     assert time.monotonic() - started >= 0.5
     assert busy.request(MetadataRequest[1](topics=[]), MetadataResponse).brokers
     assert metric(broker, "minibroker_connections_idle_closed_total") >= 1
+
+
+def test_the_per_ip_limit_lowered_at_run_time_binds_new_connections(broker) -> None:
+    """IncrementalAlterConfigs on this broker's max.connections.per.ip: as Kafka, the new
+    limit refuses the next connection; the ones already open stay."""
+    from kafka.protocol.admin import (
+        IncrementalAlterConfigsRequest,
+        IncrementalAlterConfigsResponse,
+    )
+
+    inc = IncrementalAlterConfigsRequest.AlterConfigsResource
+    a = Wire(broker.port)
+    b = Wire(broker.port)
+    req = IncrementalAlterConfigsRequest(resources=[inc(
+        resource_type=4, resource_name="1", configs=[inc.AlterableConfig(
+            name="max.connections.per.ip", config_operation=0, value="2")])],
+        validate_only=False, version=1)
+    [res] = a.request(req, IncrementalAlterConfigsResponse).responses
+    assert res.error_code == 0, res
+    for w in (a, b):  # already open: still served
+        assert w.request(MetadataRequest[1](topics=[]), MetadataResponse).brokers
+    third = socket.create_connection(("127.0.0.1", broker.port))
+    assert closed_by_broker(third, 5)
