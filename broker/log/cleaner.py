@@ -43,7 +43,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -714,6 +714,7 @@ class Cleaner:
         cleaned = LogSegment(log.dir, base, task.index_interval_bytes,
                              file_suffix=CLEANED_FILE_SUFFIX)
         swapped = False
+        keep_files = False  # a swap that failed half-way: the files are the load's to judge
         try:
             txn.cleaned_index = cleaned.txn_index.append
             for k, snap in enumerate(group):
@@ -727,7 +728,13 @@ class Cleaner:
             os.utime(cleaned.log_path, (group[-1].mtime, group[-1].mtime))
             self.check_done(task.ltc.tp)
             old = [s.segment for s in group]
-            swapped = bool(self.on_loop(lambda: _swap(task, cleaned, old)))
+            try:
+                swapped = bool(self.on_loop(lambda: _swap(task, cleaned, old)))
+            except _Aborted:
+                raise  # the swap never ran
+            except BaseException:
+                keep_files = True
+                raise
             if not swapped:
                 raise _Aborted()
             for seg in old:
@@ -737,6 +744,7 @@ class Cleaner:
             txn.cleaned_index = None
             if not swapped:
                 cleaned.close_quietly()
+            if not swapped and not keep_files:
                 for path in cleaned.file_paths():
                     with contextlib.suppress(OSError):
                         path.unlink(missing_ok=True)
@@ -874,7 +882,7 @@ class LogCleaner:
         self.config = config
         self.log_manager = log_manager
         self.manager = CleanerManager(log_manager)
-        self.stats = CleanerStats(uncleanable_partitions=self.manager.uncleanable)
+        self._stats = CleanerStats()
         self._stats_lock = threading.Lock()
         self._stop = threading.Event()
         self._throttler = _Throttler(config.max_io_bytes_per_second, self._stop)
@@ -926,6 +934,13 @@ class LogCleaner:
         self._throttler.rate = config.max_io_bytes_per_second
         if self._loop is not None and not self._stop.is_set():
             self._resize(config.threads if config.enable else 0)
+
+    @property
+    def stats(self) -> CleanerStats:
+        """A consistent copy of the cumulative figures (metrics read it at scrape time)."""
+        with self._stats_lock:
+            return replace(self._stats,
+                           uncleanable_partitions=self.manager.uncleanable_snapshot())
 
     # -- partitions ----------------------------------------------------------------------------
     def abort_and_pause(self, tp: TopicPartition) -> None:
@@ -1040,7 +1055,6 @@ class LogCleaner:
         finally:
             task.close()
             self.manager.done_cleaning(tp, end_offset)
-            self.manager.maintain_uncleanable()
             self.manager.write_checkpoints()
 
     def _log_gone(self, tp: TopicPartition, log: Log) -> bool:
@@ -1050,7 +1064,7 @@ class LogCleaner:
                 seconds: float) -> None:
         removed = run.records_read - run.records_written
         with self._stats_lock:
-            s = self.stats
+            s = self._stats
             s.runs += 1
             s.bytes_read += run.bytes_read
             s.bytes_written += run.bytes_written

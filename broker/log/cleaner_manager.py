@@ -289,6 +289,7 @@ class CleanerManager:
     def grab_filthiest(self, now_ms: int) -> LogToClean | None:
         """The dirtiest cleanable log, marked in progress; None when none needs cleaning.
         Runs on the event loop (reads the logs)."""
+        self.maintain_uncleanable()
         dirty: list[LogToClean] = []
         for tp, log in self._candidates():
             try:
@@ -342,7 +343,11 @@ class CleanerManager:
 
     def maintain_uncleanable(self) -> None:
         """Forget uncleanable partitions whose log is gone (Kafka's
-        maintainUncleanablePartitions)."""
+        maintainUncleanablePartitions); on the event loop."""
         logs = self.log_manager.logs
         with self._lock:
-            self.uncleanable = {tp for tp in self.uncleanable if tp in logs}
+            self.uncleanable.intersection_update(list(logs))
+
+    def uncleanable_snapshot(self) -> set[TopicPartition]:
+        with self._lock:
+            return set(self.uncleanable)

@@ -633,3 +633,75 @@ async def test_threads_clean_and_swap_on_the_event_loop(tmp_path: Path) -> None:
     finally:
         lm.shutdown()
     assert all(not t.is_alive() for t in threading.enumerate() if t.name.startswith("log-cleaner"))
+
+
+def test_a_disk_error_during_the_swap_takes_the_dir_offline_and_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from broker.log import disk
+
+    e = Env(tmp_path)
+    _dirty_log(e)
+    latest_before = latest(records(e.log))
+    real_fsync_dir = disk.fsync_dir
+    calls = 0
+
+    def failing(path: Path) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # the old segments were just renamed .deleted
+            raise OSError(errno.EIO, "injected")
+        real_fsync_dir(path)
+
+    monkeypatch.setattr(disk, "fsync_dir", failing)
+    assert e.clean()
+    monkeypatch.setattr(disk, "fsync_dir", real_fsync_dir)
+    assert e.log.offline and e.cleaner.stats.runs == 0
+    assert ("t", 0) not in e.cleaner.stats.uncleanable_partitions
+    e.close()
+    log = Log.load(e.dir / "t-0", e.config, "t", 0, clean_shutdown=False)
+    try:
+        got = records(log)
+        assert latest(got) == latest_before
+        assert [o for o, _k, _v in got] == [5, 6]  # the swap was completed at load
+        assert not [p for p in (e.dir / "t-0").iterdir()
+                    if p.name.endswith((".cleaned", ".swap", ".deleted"))]
+    finally:
+        log.close()
+
+
+def test_cleaner_config_from_the_broker_keys(tmp_path: Path) -> None:
+    from broker.config import BrokerConfig
+
+    cfg = CleanerConfig.of(BrokerConfig.from_dict({
+        "log.dirs": str(tmp_path), "log.cleaner.threads": "3",
+        "log.cleaner.dedupe.buffer.size": "3000000", "log.cleaner.backoff.ms": "50",
+        "log.cleaner.io.max.bytes.per.second": "1000.5", "log.cleaner.enable": "false"}))
+    assert (cfg.threads, cfg.dedupe_buffer_size, cfg.backoff_ms, cfg.enable) == (
+        3, 3_000_000, 50, False)
+    assert cfg.max_io_bytes_per_second == 1000.5 and cfg.load_factor == 0.9
+    assert cfg.io_buffer_size == 512 * 1024
+    assert cfg.map_memory_per_thread() == 1_000_000
+
+
+async def test_a_disabled_cleaner_starts_no_thread(tmp_path: Path) -> None:
+    lm = LogManager([tmp_path / "logs"], compact_config())
+    lm.load()
+    try:
+        before = {t.name for t in threading.enumerate()}
+        cleaner = lm.start_cleaner(CleanerConfig(enable=False), asyncio.get_running_loop())
+        assert lm.cleaner is cleaner
+        assert {t.name for t in threading.enumerate()} == before
+        cleaner.reconfigure(CleanerConfig(enable=True, threads=2, backoff_ms=10))
+        assert sum(t.name.startswith("log-cleaner") for t in threading.enumerate()) == 2
+        cleaner.reconfigure(CleanerConfig(enable=True, threads=1, backoff_ms=10))
+        for _ in range(100):
+            if sum(t.name.startswith("log-cleaner") for t in threading.enumerate()) == 1:
+                break
+            await asyncio.sleep(0.02)
+        assert sum(t.name.startswith("log-cleaner") for t in threading.enumerate()) == 1
+    finally:
+        lm.shutdown()
+    assert not [t for t in threading.enumerate() if t.name.startswith("log-cleaner")]
