@@ -20,6 +20,10 @@ Invariants:
 * Every aborted transaction whose ABORT marker is below the log end offset has its entry in
   the transaction index of the segment holding the marker, written before the marker itself
   (an entry without its marker is cut back, or dropped by the next load's rebuild).
+* Only the log cleaner rewrites data, and only inactive segments: it reads them through dup'd
+  fds on its own threads, and its cleaned segment replaces them on the event loop
+  (``replace_segments``) with renames a crash can interrupt anywhere: the next load completes
+  or drops the swap (``_complete_swap``), so no offset is lost or duplicated.
 """
 
 from __future__ import annotations
