@@ -48,6 +48,7 @@ from protocol.registry import APIS, FETCH_KEY, PRODUCE_KEY
 
 if TYPE_CHECKING:
     from broker.group.coordinator import GroupCoordinator
+    from broker.log.cleaner import LogCleaner
     from broker.log.manager import LogManager
     from broker.metadata import MetadataStore
     from broker.network.request import Request
@@ -356,6 +357,9 @@ class BrokerCollector(Collector):
             if m.coordinator is not None:
                 yield from self._groups(m.coordinator, m.replica_manager)
             yield from self._transactions(m.transactions, m.replica_manager)
+        cleaner = m.log_manager.cleaner if m.log_manager is not None else None
+        if cleaner is not None:
+            yield from self._cleaner(cleaner)
 
     # -- requests ------------------------------------------------------------------------------
     def _requests(self) -> Iterator[Metric]:
@@ -651,6 +655,38 @@ class BrokerCollector(Collector):
             f"{PREFIX}_txn_pending_markers", "Transactions whose markers are being written.",
             value=transactions.pending_markers)
 
+    # -- the log cleaner -------------------------------------------------------------------------
+    def _cleaner(self, cleaner: LogCleaner) -> Iterator[Metric]:
+        """Kafka's LogCleaner and LogCleanerManager metrics, as counters since start."""
+        st = cleaner.stats
+        for name, doc, value in (
+            ("runs", "Cleanings of a log done (one dirty range each).", st.runs),
+            ("bytes_read", "Bytes of segments read by the cleaner.", st.bytes_read),
+            ("bytes_written", "Bytes of cleaned segments written.", st.bytes_written),
+            ("bytes_removed", "Bytes compaction removed (read minus written).",
+             max(st.bytes_read - st.bytes_written, 0)),
+            ("records_read", "Records the cleaner read.", st.records_read),
+            ("records_removed", "Records compaction removed: superseded keys, expired "
+             "tombstones, aborted transactional data.", st.records_removed),
+            ("clean_seconds", "Time spent cleaning.", st.clean_seconds_total),
+        ):
+            yield CounterMetricFamily(f"{PREFIX}_log_cleaner_{name}", doc, value=value)
+        yield GaugeMetricFamily(f"{PREFIX}_log_cleaner_last_clean_seconds",
+                                "Duration of the last cleaning.", value=st.last_clean_seconds)
+        yield GaugeMetricFamily(f"{PREFIX}_log_cleaner_max_clean_seconds",
+                                "Longest cleaning since start (Kafka's max-clean-time-secs).",
+                                value=st.max_clean_seconds)
+        yield GaugeMetricFamily(
+            f"{PREFIX}_log_cleaner_uncleanable_partitions", "Compacted partitions the cleaner "
+            "gave up on after an error (Kafka's uncleanable-partitions-count).",
+            value=len(st.uncleanable_partitions))
+        ratio = GaugeMetricFamily(
+            f"{PREFIX}_log_cleaner_dirty_ratio", "Dirty bytes over cleanable bytes of each "
+            "compacted log: it is cleaned once this passes min.cleanable.dirty.ratio.",
+            labels=["topic", "partition"])
+        for (topic, index), value in sorted(cleaner.dirty_ratios().items()):
+            ratio.add_metric([topic, str(index)], value)
+        yield ratio
 
 # -- the endpoint ---------------------------------------------------------------------------------
 

@@ -16,10 +16,16 @@ import structlog
 from broker import apis
 from broker.config import BrokerConfig
 from broker.context import ApiContext, Node
-from broker.dynamic_config import CONNECTION_KEYS, DynamicBrokerConfig
+from broker.dynamic_config import (
+    CLEANER_KEYS,
+    CONNECTION_KEYS,
+    DynamicBrokerConfig,
+    thread_count_check,
+)
 from broker.fetch_session import FetchSessionCache
 from broker.group.coordinator import GroupConfig, GroupCoordinator
 from broker.group.offsets_store import OffsetsStore
+from broker.log.cleaner import CleanerConfig
 from broker.log.manager import LogManager
 from broker.logging import redact
 from broker.metadata import MetadataStore
@@ -67,6 +73,11 @@ class Broker:
         topics = TopicAdmin(cfg, self.metadata, self.log_manager, rm, dynamic)
         self.log_manager.load()
         topics.open_all()
+        loop = asyncio.get_running_loop()
+        cleaner = self.log_manager.start_cleaner(CleanerConfig.of(cfg), loop)
+        dynamic.add_reconfigurable(CLEANER_KEYS,
+                                   lambda c: cleaner.reconfigure(CleanerConfig.of(c)),
+                                   thread_count_check("log.cleaner.threads"))
         store = OffsetsStore(rm, topics, cfg["offsets.topic.num.partitions"])
         coordinator = GroupCoordinator(GroupConfig.of(cfg), timer, store,
                                        rm.partitions.__contains__)
@@ -100,7 +111,6 @@ class Broker:
         serial = cfg["request.processing.mode"] == "serial"
         max_frame = cfg["socket.request.max.bytes"]
         channel = self.channel
-        loop = asyncio.get_running_loop()
         self.server = await loop.create_server(
             lambda: Connection(channel, serial, max_frame), host, port, reuse_address=True)
         self.port = self.server.sockets[0].getsockname()[1]

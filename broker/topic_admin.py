@@ -107,7 +107,7 @@ class TopicAdmin:
 
     def _apply(self, info: TopicInfo) -> None:
         cfg = self.log_config(info.configs)
-        cleaner = getattr(self.log_manager, "cleaner", None)
+        cleaner = self.log_manager.cleaner
         for index in range(info.partitions):
             partition = self.replica_manager.partitions.get((info.name, index))
             if partition is None:

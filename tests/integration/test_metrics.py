@@ -24,6 +24,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from tests.support.broker import BrokerProcess
 from tests.support.clients import (
+    Rec,
     confluent_produce,
     create_topic,
     numbered,
@@ -304,3 +305,29 @@ def test_cli_version_and_help_list_every_key() -> None:
                           text=True, timeout=60).stdout
     for key in KEYS.values():
         assert f"  {key.name} (default {key.default or 'unset'})" in text, key.name
+
+
+def test_cleaner_series_follow_a_compaction(broker_factory) -> None:
+    """Kafka's cleaner metrics: a compacted topic whose keys were overwritten is cleaned, and
+    the runs, the records and bytes it removed and the log's dirty ratio are exported."""
+    broker = broker_factory({"log.cleaner.backoff.ms": "100"})
+    topic = unique_topic("cleaned")
+    create_topic(broker.bootstrap, topic, config={
+        "cleanup.policy": "compact", "segment.bytes": "4096", "min.cleanable.dirty.ratio": "0.01"})
+    records = [Rec(key=f"k{i % 10}".encode(), value=b"v" * 50) for i in range(400)]
+    confluent_produce(broker.bootstrap, topic, records, one_batch_each=True)
+
+    def value(name: str, text: str) -> float:
+        found = re.search(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M)
+        return float(found.group(1)) if found else 0.0
+
+    wait_until(lambda: value("minibroker_log_cleaner_records_removed_total", scrape(broker))
+               > 0, 30, "a clean that removed records")
+    text = scrape(broker)
+    assert value("minibroker_log_cleaner_runs_total", text) >= 1
+    assert value("minibroker_log_cleaner_bytes_removed_total", text) > 0
+    assert value("minibroker_log_cleaner_records_removed_total", text) < 400
+    ratio = re.search(rf'^minibroker_log_cleaner_dirty_ratio{{partition="0",topic="{topic}"}} '
+                      r"(\S+)$", text, re.M)
+    assert ratio is not None and 0.0 <= float(ratio.group(1)) <= 1.0
+    assert value("minibroker_log_cleaner_uncleanable_partitions", text) == 0
