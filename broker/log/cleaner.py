@@ -174,15 +174,18 @@ class _RunStats:
 class OffsetMap:
     """Key -> offset of its latest record in the dirty section (Kafka's SkimpyOffsetMap).
 
-    Memory is counted as Kafka counts it: 24 bytes per slot (a 16-byte MD5 of the key and an
-    8-byte offset), ``slots = memory // 24`` and at most ``slots * load_factor`` entries, so
-    ``log.cleaner.dedupe.buffer.size`` bounds the number of keys one pass maps exactly as in
-    Kafka. The entries live in a dict, which costs several times that in Python. Keys shorter
-    than 16 bytes are stored as they are, longer ones as their MD5 (lengths differ, so the two
-    never collide); like Kafka, two long keys with the same MD5 would count as one.
+    ``log.cleaner.dedupe.buffer.size`` bounds what the map really costs here. Kafka's entry
+    is 24 bytes in one flat buffer (a 16-byte MD5 and an 8-byte offset); a CPython dict entry
+    with its key bytes and offset int costs about 136 bytes (measured with tracemalloc: 85 for
+    an entry whose key object is shared, plus the key's own bytes object, at most 16 bytes of
+    key). So ``slots = memory // 136`` and at most ``slots * load_factor`` entries: a buffer
+    maps about a sixth of the keys Kafka's would, and a log with more keys than that is
+    cleaned in several passes. Keys shorter than 16 bytes are stored as they are, longer ones
+    as their MD5 (lengths differ, so the two never collide); like Kafka, two long keys with
+    the same MD5 would count as one.
     """
 
-    ENTRY_BYTES = 24
+    ENTRY_BYTES = 136
 
     def __init__(self, memory: int, load_factor: float) -> None:
         self.slots = max(memory // self.ENTRY_BYTES, 0)

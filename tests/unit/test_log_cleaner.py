@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import tracemalloc
 from pathlib import Path
 
 import kafka.codec as codecs
@@ -410,8 +411,9 @@ def test_small_segments_are_merged_into_one_cleaned_segment(tmp_path: Path) -> N
 
 
 def test_a_full_offset_map_cleans_in_several_passes(tmp_path: Path) -> None:
-    # 24 bytes per slot, load factor 0.5: 4 keys per pass
-    e = Env(tmp_path, cleaner_config=CleanerConfig(dedupe_buffer_size=24 * 8, load_factor=0.5))
+    # 8 slots, load factor 0.5: 4 keys per pass
+    e = Env(tmp_path, cleaner_config=CleanerConfig(dedupe_buffer_size=OffsetMap.ENTRY_BYTES * 8,
+                                                   load_factor=0.5))
     try:
         for r in range(3):
             for i in range(8):
@@ -430,14 +432,33 @@ def test_a_full_offset_map_cleans_in_several_passes(tmp_path: Path) -> None:
         e.close()
 
 
-def test_offset_map_counts_memory_as_kafka(tmp_path: Path) -> None:
-    m = OffsetMap(24 * 100, 0.9)
+def test_offset_map_counts_slots_of_its_entry_cost(tmp_path: Path) -> None:
+    m = OffsetMap(OffsetMap.ENTRY_BYTES * 100, 0.9)
     assert m.slots == 100 and m.max_entries == 90
     assert m.put(b"short", 1) and m.get(b"short") == 1
     long_key = b"x" * 100
     assert m.put(long_key, 2) and m.get(long_key) == 2 and m.get(b"y" * 100) == -1
     with pytest.raises(ValueError):
-        OffsetMap(24, 0.5)
+        OffsetMap(OffsetMap.ENTRY_BYTES, 0.5)
+
+
+@pytest.mark.parametrize("key_len", [4, 15, 16, 200])
+def test_a_full_offset_map_stays_within_its_memory(key_len: int) -> None:
+    """log.cleaner.dedupe.buffer.size bounds the real memory: a map filled to the brim with
+    fresh key objects (as a clean decodes them) costs no more than its buffer."""
+    budget = 1 << 20
+    tracemalloc.start()
+    try:
+        m = OffsetMap(budget, 1.0)
+        before = tracemalloc.get_traced_memory()[0]
+        i = 0
+        while m.put(b"%0*d" % (key_len, i), 1 << 40 | i):
+            i += 1
+        used = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert i == m.max_entries
+    assert used <= budget, f"{used} bytes for a {budget}-byte buffer"
 
 
 def test_checkpoint_records_the_next_dirty_offset_in_kafkas_format(env: Env) -> None:
