@@ -76,6 +76,8 @@ __all__ = [
     "CONTROL_MASK",
     "build_end_txn_marker",
     "read_end_txn_marker",
+    "read_varint",
+    "write_varint",
 ]
 
 # Field offsets inside a batch (Kafka's DefaultRecordBatch constants).
@@ -577,7 +579,7 @@ _CONTROL_KEY = struct.Struct(">hh")
 _MARKER_VALUE = struct.Struct(">hi")
 
 
-def _varint(value: int) -> bytes:
+def write_varint(value: int) -> bytes:
     """Zig-zag varint (Kafka's ByteUtils.writeVarint / writeVarlong)."""
     zigzag = (value << 1) ^ (value >> 63)
     out = bytearray()
@@ -588,13 +590,19 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
-    """``(value, next position)`` of the zig-zag varint at ``pos``."""
+def read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
+    """``(value, next position)`` of the zig-zag varint at ``pos``; one byte is the common
+    case (record attributes, small deltas and lengths), so it returns first."""
+    if pos >= len(buf):
+        raise CorruptRecordError("record ends inside a varint")
+    b = buf[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
     shift = 0
     raw = 0
     while True:
         if pos >= len(buf):
-            raise CorruptRecordError("control record ends inside a varint")
+            raise CorruptRecordError("record ends inside a varint")
         b = buf[pos]
         pos += 1
         raw |= (b & 0x7F) << shift
@@ -602,7 +610,7 @@ def _read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
             break
         shift += 7
         if shift > 63:
-            raise CorruptRecordError("control record has a varint longer than 10 bytes")
+            raise CorruptRecordError("record has a varint longer than 10 bytes")
     return (raw >> 1) ^ -(raw & 1), pos
 
 
@@ -621,15 +629,15 @@ def build_end_txn_marker(
     value = _MARKER_VALUE.pack(0, coordinator_epoch)
     body = (
         b"\x00"  # record attributes
-        + _varint(0)  # timestamp delta
-        + _varint(0)  # offset delta
-        + _varint(len(key))
+        + write_varint(0)  # timestamp delta
+        + write_varint(0)  # offset delta
+        + write_varint(len(key))
         + key
-        + _varint(len(value))
+        + write_varint(len(value))
         + value
-        + _varint(0)  # no headers
+        + write_varint(0)  # no headers
     )
-    record = _varint(len(body)) + body
+    record = write_varint(len(body)) + body
     size = RECORD_BATCH_OVERHEAD + len(record)
     buf = bytearray(size)
     _HEADER.pack_into(
@@ -670,11 +678,11 @@ def read_end_txn_marker(buf: Buffer, pos: int = 0) -> tuple[int, int]:
         raise InvalidRecordError("control batch holds no record")
     p = pos + RECORD_BATCH_OVERHEAD
     end = pos + header.size_in_bytes
-    _length, p = _read_varint(buf, p)
+    _length, p = read_varint(buf, p)
     p += 1  # record attributes
-    _ts_delta, p = _read_varint(buf, p)
-    _offset_delta, p = _read_varint(buf, p)
-    key_len, p = _read_varint(buf, p)
+    _ts_delta, p = read_varint(buf, p)
+    _offset_delta, p = read_varint(buf, p)
+    key_len, p = read_varint(buf, p)
     if key_len < _CONTROL_KEY.size or p + key_len > end:
         raise InvalidRecordError(
             f"invalid control record key size {key_len}, must have at least {_CONTROL_KEY.size}"
@@ -687,7 +695,7 @@ def read_end_txn_marker(buf: Buffer, pos: int = 0) -> tuple[int, int]:
         raise InvalidRecordError(
             f"invalid control record type for end transaction marker: {control_type}"
         )
-    value_len, p = _read_varint(buf, p)
+    value_len, p = read_varint(buf, p)
     if value_len < _MARKER_VALUE.size or p + value_len > end:
         raise InvalidRecordError(
             f"invalid value size found for end transaction marker: {value_len}, must have "

@@ -76,6 +76,8 @@ from protocol.record_batch import (
     InvalidRecordError,
     iter_batches,
     read_end_txn_marker,
+    read_varint,
+    write_varint,
 )
 
 if TYPE_CHECKING:
@@ -263,35 +265,6 @@ class _Aborted(Exception):
     """The clean must be dropped: its partition was paused or the cleaner is stopping."""
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    """Zig-zag varint at ``pos`` -> ``(value, next position)``."""
-    b = buf[pos]
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), pos + 1
-    raw = b & 0x7F
-    shift = 7
-    pos += 1
-    while True:
-        b = buf[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-        if shift > 63:
-            raise CorruptRecordError("record varint longer than 10 bytes")
-
-
-def _encode_varint(value: int) -> bytes:
-    zigzag = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while zigzag & ~0x7F:
-        out.append((zigzag & 0x7F) | 0x80)
-        zigzag >>= 7
-    out.append(zigzag)
-    return bytes(out)
-
-
 def _decompress(codec: int, data: bytes | memoryview) -> bytes:
     if codec == COMPRESSION_NONE:
         return bytes(data)
@@ -317,20 +290,20 @@ def _parse_records(payload: bytes, count: int) -> list[_Record]:
     n = len(payload)
     try:
         for _ in range(count):
-            length, body = _varint(payload, pos)
+            length, body = read_varint(payload, pos)
             end = body + length
             if length < 0 or end > n:
                 raise CorruptRecordError(f"record of length {length} runs past its batch")
             p = body + 1  # attributes
-            ts_delta, ts_end = _varint(payload, p)
-            offset_delta, p = _varint(payload, ts_end)
-            key_len, p = _varint(payload, p)
+            ts_delta, ts_end = read_varint(payload, p)
+            offset_delta, p = read_varint(payload, ts_end)
+            key_len, p = read_varint(payload, p)
             if key_len >= 0:
                 key: bytes | None = payload[p : p + key_len]
                 p += key_len
             else:
                 key = None
-            value_len, p = _varint(payload, p)
+            value_len, p = read_varint(payload, p)
             out.append((pos, end, ts_end, ts_delta, offset_delta, key, value_len >= 0))
             pos = end
     except IndexError as e:
@@ -437,10 +410,10 @@ def _build_batch(b: _Batch, payload: bytes, records: list[_Record],
         if not rewrite:
             parts.append(view[start:end])
             continue
-        _length, body = _varint(payload, start)
-        new_body = bytes(view[body : body + 1]) + _encode_varint(ts - new_base_ts) + bytes(
+        _length, body = read_varint(payload, start)
+        new_body = bytes(view[body : body + 1]) + write_varint(ts - new_base_ts) + bytes(
             view[ts_end:end])
-        parts.append(_encode_varint(len(new_body)) + new_body)
+        parts.append(write_varint(len(new_body)) + new_body)
     data = b"".join(parts)
     codec = b.codec
     if codec != COMPRESSION_NONE:
