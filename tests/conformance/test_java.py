@@ -1,7 +1,9 @@
 """The reference Java client, kafka-clients (version in the Makefile's JAVA_JARS), as its users
 use it: a producer per codec with headers and explicit timestamps read back byte for byte, the
-idempotent producer, seek by timestamp, the Admin client, classic consumer groups, and
-transactions (commit, abort, read_committed, fencing, sendOffsetsToTransaction).
+idempotent producer, seek by timestamp, the Admin client, classic consumer groups,
+transactions (commit, abort, read_committed, fencing, sendOffsetsToTransaction), and the Admin
+calls that manage logs (incrementalAlterConfigs and describeConfigs, deleteRecords,
+describeLogDirs, describeTopics through DescribeTopicPartitions) with a compacted topic.
 
 tests/conformance/java/MiniBrokerConformance.java drives the client and prints what it saw, one
 JSON line per scenario; the assertions are all here. One JVM runs every scenario against one
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from kafka.protocol.metadata import ApiVersionsResponse
 
 from tests.conformance import java_support
 from tests.conformance.conftest import GROUP_OVERRIDES
@@ -32,10 +35,13 @@ from tests.support.clients import (
     assert_roundtrip,
     confluent_consume,
     disk_batches,
+    partition_dir,
     sample_records,
     unique_topic,
     watermarks,
 )
+from tests.support.requests import api_versions_request
+from tests.support.wire import Wire
 
 IDEMPOTENT_PARTITIONS, IDEMPOTENT_PER_PARTITION = 6, 100
 GROUP_PARTITIONS, GROUP_PER_PARTITION = 6, 50
@@ -44,6 +50,7 @@ TIMESTAMPED = 20
 # CreateTime an hour ago: inside every default retention, apart from the broker's clock.
 BASE_TS = (int(time.time()) - 3600) * 1000
 ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"  # Uuid.ZERO_UUID: a topic without id
+CLEANER_BACKOFF_MS = 100  # a static broker setting, so the log admin test can override it
 
 
 def _token(b: bytes | None) -> str:
@@ -99,7 +106,8 @@ def client() -> java_support.JavaClient:
 @pytest.fixture(scope="module")
 def java_broker(client, tmp_path_factory) -> Iterator[BrokerProcess]:
     b = BrokerProcess(tmp_path_factory.mktemp("java-broker"),
-                      {**GROUP_OVERRIDES, "transaction.state.log.num.partitions": "3"}).start()
+                      {**GROUP_OVERRIDES, "transaction.state.log.num.partitions": "3",
+                       "log.cleaner.backoff.ms": str(CLEANER_BACKOFF_MS)}).start()
     yield b
     if b.proc is not None and b.proc.poll() is None:
         b.kill()
@@ -403,3 +411,156 @@ def test_transaction_send_offsets(txn_shared: TxnShared) -> None:
     out = _values(result["output"])
     assert out[-1] == "END"
     assert sorted(out[:-1]) == sorted(f"IN:{p}:{n}" for p in range(2) for n in range(5)), out
+
+
+# -- log admin ----------------------------------------------------------------------------------
+# In a JVM of its own (it changes a broker setting, and puts it back), after the others as the
+# tests come last in the file.
+
+COMPACT_KEYS = 20  # as in the Java program
+PLAIN_RECORDS = 100
+WIDE_PARTITIONS = 7
+DESCRIBE_TOPIC_PARTITIONS = 75  # API key
+LONG_MAX = str(2**63 - 1)
+ERRORS = "org.apache.kafka.common.errors."
+
+
+@dataclass
+class LogAdmin:
+    broker: BrokerProcess
+    prefix: str
+    steps: dict
+
+
+@pytest.fixture(scope="module")
+def log_admin(client, java_broker) -> LogAdmin:
+    prefix = unique_topic("java-logs")
+    spec = f"logAdmin:{prefix}"
+    run = java_support.run(client, java_broker.bootstrap, [spec], timeout=240)
+    result = run[spec]
+    assert "error" not in result, f"{result['error']}\n{run.stderr[-4000:]}"
+    return LogAdmin(java_broker, prefix, result["steps"])
+
+
+def _refused(step: dict, exception: str) -> None:
+    assert "value" not in step, f"accepted: {step}"
+    assert step["error"].startswith(ERRORS + exception), step["error"]
+
+
+def test_incremental_alter_topic_configs(log_admin: LogAdmin) -> None:
+    """SET on a topic shows in describeConfigs as DYNAMIC_TOPIC_CONFIG, with Kafka's types and
+    synonyms (the override, then the broker key it falls back on); DELETE goes back to the
+    default; validateOnly changes nothing; refused values leave the topic as it was."""
+    steps = log_admin.steps
+    assert _value(steps["createTopics"]) == "ok"
+    c = _value(steps["alterTopic"])
+    assert c["cleanup.policy"] == ["compact", "DYNAMIC_TOPIC_CONFIG", "LIST", False, [
+        ["cleanup.policy", "compact", "DYNAMIC_TOPIC_CONFIG"],
+        ["log.cleanup.policy", "delete", "DEFAULT_CONFIG"]]]
+    assert c["min.cleanable.dirty.ratio"] == ["0.01", "DYNAMIC_TOPIC_CONFIG", "DOUBLE", False, [
+        ["min.cleanable.dirty.ratio", "0.01", "DYNAMIC_TOPIC_CONFIG"],
+        ["log.cleaner.min.cleanable.ratio", "0.5", "DEFAULT_CONFIG"]]]
+    assert c["delete.retention.ms"][:4] == ["1000", "DYNAMIC_TOPIC_CONFIG", "LONG", False]
+    assert c["min.compaction.lag.ms"][:2] == ["0", "DYNAMIC_TOPIC_CONFIG"]
+    assert c["segment.bytes"][:3] == ["16384", "DYNAMIC_TOPIC_CONFIG", "INT"]
+    assert c["max.compaction.lag.ms"] == [LONG_MAX, "DEFAULT_CONFIG", "LONG", False, [
+        ["log.cleaner.max.compaction.lag.ms", LONG_MAX, "DEFAULT_CONFIG"]]]
+
+    assert _value(steps["deleteTopicConfig"])["delete.retention.ms"] == [
+        "86400000", "DEFAULT_CONFIG", "LONG", False,
+        [["log.cleaner.delete.retention.ms", "86400000", "DEFAULT_CONFIG"]]]
+    assert _value(steps["validateOnly"])["segment.ms"][:2] == ["600000", "DYNAMIC_TOPIC_CONFIG"]
+    _refused(steps["invalidRatio"], "InvalidConfigurationException")
+    _refused(steps["lagAboveMax"], "InvalidConfigurationException")
+
+
+def test_incremental_alter_list_config(log_admin: LogAdmin) -> None:
+    """APPEND and SUBTRACT edit a list config (cleanup.policy) element by element."""
+    steps = log_admin.steps
+    assert _value(steps["appendPolicy"])["cleanup.policy"][:2] == [
+        "delete,compact", "DYNAMIC_TOPIC_CONFIG"]
+    assert _value(steps["subtractPolicy"])["cleanup.policy"][:2] == [
+        "compact", "DYNAMIC_TOPIC_CONFIG"]
+    assert _value(steps["restorePolicy"])["cleanup.policy"][:2] == ["delete", "DEFAULT_CONFIG"]
+
+
+def test_incremental_alter_broker_configs(log_admin: LogAdmin) -> None:
+    """A dynamic broker key: the static setting, a cluster default over it, a per-broker value
+    over both (synonyms in Kafka's order of precedence), and back to static once both are
+    deleted; a key that cannot change at run time is refused."""
+    steps = log_admin.steps
+    static = ["log.cleaner.backoff.ms", str(CLEANER_BACKOFF_MS), "STATIC_BROKER_CONFIG"]
+    default = ["log.cleaner.backoff.ms", "15000", "DEFAULT_CONFIG"]
+    assert _value(steps["brokerStatic"])["log.cleaner.backoff.ms"] == [
+        str(CLEANER_BACKOFF_MS), "STATIC_BROKER_CONFIG", "LONG", False, [static, default]]
+    cluster = ["log.cleaner.backoff.ms", "250", "DYNAMIC_DEFAULT_BROKER_CONFIG"]
+    assert _value(steps["clusterDefault"])["log.cleaner.backoff.ms"] == [
+        "250", "DYNAMIC_DEFAULT_BROKER_CONFIG", "LONG", False, [cluster, static, default]]
+    assert _value(steps["perBroker"])["log.cleaner.backoff.ms"] == [
+        "150", "DYNAMIC_BROKER_CONFIG", "LONG", False,
+        [["log.cleaner.backoff.ms", "150", "DYNAMIC_BROKER_CONFIG"], cluster, static, default]]
+    assert _value(steps["brokerReset"])["log.cleaner.backoff.ms"] == [
+        str(CLEANER_BACKOFF_MS), "STATIC_BROKER_CONFIG", "LONG", False, [static, default]]
+    # Kafka's ConfigAdminManager turns the broker's refusal into INVALID_REQUEST.
+    _refused(steps["readOnlyBrokerKey"], "InvalidRequestException")
+
+
+def test_compacted_topic_read_back(log_admin: LogAdmin) -> None:
+    """A topic turned compacted by incrementalAlterConfigs: once cleaned, the Java consumer reads
+    each key once, at the offset and with the value of its last acknowledged update."""
+    compacted = _value(log_admin.steps["compacted"])
+    acked, rows = compacted["acked"], compacted["rows"]
+    assert len(acked) == COMPACT_KEYS + 1
+    offsets = [o for o, _k, _v in rows]
+    assert offsets == sorted(set(offsets)), offsets
+    assert {k: [o, v] for o, k, v in rows} == acked, f"after {compacted['reads']} reads"
+    assert len(rows) == len(acked), rows
+
+
+def test_delete_records(log_admin: LogAdmin) -> None:
+    """deleteRecords answers the new low watermark, which listOffsets(earliest) and a consumer
+    reading from the beginning agree with; beyond the high watermark is OFFSET_OUT_OF_RANGE,
+    -1 means the high watermark, and a compacted topic refuses (POLICY_VIOLATION)."""
+    steps = log_admin.steps
+    assert _value(steps["deleteRecords"]) == [40, 40, 40]
+    _refused(steps["deleteRecordsBeyondEnd"], "OffsetOutOfRangeException")
+    _refused(steps["deleteRecordsCompacted"], "PolicyViolationException")
+    assert _value(steps["deleteRecordsToHighWatermark"]) == PLAIN_RECORDS
+    plain = f"{log_admin.prefix}-plain"
+    assert watermarks(log_admin.broker.bootstrap, plain) == (PLAIN_RECORDS, PLAIN_RECORDS)
+
+
+def test_describe_log_dirs(log_admin: LogAdmin) -> None:
+    """The broker's one log dir, without error, its disk's total and usable bytes, and each
+    partition's size as the sum of its segments on disk."""
+    dirs = _value(log_admin.steps["describeLogDirs"])
+    logs = log_admin.broker.data_dir / "logs"
+    assert list(dirs) == [str(logs)], dirs
+    d = dirs[str(logs)]
+    assert d["error"] is None
+    assert 0 < d["usableBytes"] <= d["totalBytes"], d
+    replicas = d["replicas"]
+    plain = f"{log_admin.prefix}-plain"
+    on_disk = sum(p.stat().st_size for p in partition_dir(logs, plain).glob("*.log"))
+    assert replicas[f"{plain}-0"] == [on_disk, 0, False]
+    for p in range(WIDE_PARTITIONS):
+        assert replicas[f"{log_admin.prefix}-wide-{p}"] == [0, 0, False]
+    assert f"{log_admin.prefix}-compacted-0" in replicas
+
+
+def test_describe_topics_paged(log_admin: LogAdmin) -> None:
+    """describeTopics by name with three partitions per response: the broker serves
+    DescribeTopicPartitions (else the client falls back to Metadata, silently), and the client
+    follows its cursor to all seven partitions."""
+    wire = Wire(log_admin.broker.port)
+    try:
+        versions = wire.request(api_versions_request(), ApiVersionsResponse)
+    finally:
+        wire.close()
+    served = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
+    assert served.get(DESCRIBE_TOPIC_PARTITIONS) == (0, 0), served.get(DESCRIBE_TOPIC_PARTITIONS)
+    d = _value(log_admin.steps["describeTopicsPaged"])
+    assert d["partitions"] == [[p, 1, 1, 1] for p in range(WIDE_PARTITIONS)]
+    assert d["topicId"] != ZERO_UUID and not d["internal"]
+    assert {"READ", "WRITE", "DESCRIBE"} <= set(d["authorizedOperations"] or []), d
+    _refused(log_admin.steps["describeUnknownTopic"], "UnknownTopicOrPartitionException")

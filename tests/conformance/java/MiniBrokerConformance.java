@@ -20,19 +20,26 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Future;
 import java.util.function.BooleanSupplier;
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.AlterConfigsOptions;
 import org.apache.kafka.clients.admin.AlterConsumerGroupOffsetsResult;
 import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.ConsumerGroupDescription;
 import org.apache.kafka.clients.admin.ConsumerGroupListing;
 import org.apache.kafka.clients.admin.DescribeClusterResult;
+import org.apache.kafka.clients.admin.DescribeConfigsOptions;
+import org.apache.kafka.clients.admin.DescribeTopicsOptions;
 import org.apache.kafka.clients.admin.GroupListing;
 import org.apache.kafka.clients.admin.ListGroupsOptions;
 import org.apache.kafka.clients.admin.ListOffsetsResult.ListOffsetsResultInfo;
+import org.apache.kafka.clients.admin.LogDirDescription;
 import org.apache.kafka.clients.admin.MemberDescription;
 import org.apache.kafka.clients.admin.NewPartitions;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.admin.RecordsToDelete;
+import org.apache.kafka.clients.admin.ReplicaInfo;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -63,7 +70,7 @@ import org.apache.kafka.common.utils.AppInfoParser;
  * {@code timestamps:<topic>:<first timestamp ms>:<records>},
  * {@code group:<topic>:<group>:<partitions>:<records per partition>:<assignor>},
  * {@code admin:<name prefix>}, {@code txn:<topic>}, {@code fence:<topic>},
- * {@code txnOffsets:<input topic>:<output topic>:<group>}.
+ * {@code txnOffsets:<input topic>:<output topic>:<group>}, {@code logAdmin:<name prefix>}.
  * One JVM runs several scenarios (a JVM start costs a second) and
  * prints one JSON line per scenario on stdout. The program reports what the client saw and
  * judges nothing: the Python test (tests/conformance/test_java.py) asserts on the lines. An
@@ -105,6 +112,7 @@ public final class MiniBrokerConformance {
             case "txn" -> txn(bootstrap, a[1], out);
             case "fence" -> fence(bootstrap, a[1], out);
             case "txnOffsets" -> txnOffsets(bootstrap, a[1], a[2], a[3], out);
+            case "logAdmin" -> logAdmin(bootstrap, a[1], out);
             default -> throw new IllegalArgumentException("unknown scenario " + a[0]);
         }
     }
@@ -712,6 +720,295 @@ public final class MiniBrokerConformance {
         }
         out.put("output", readUntil(bootstrap, new TopicPartition(output, 0), "read_committed",
                                     "END"));
+    }
+
+    // -- log admin ---------------------------------------------------------------------------
+
+    private static final int COMPACT_KEYS = 20;
+    private static final int COMPACT_UPDATES = 2000;
+    private static final int PLAIN_RECORDS = 100;
+    private static final int WIDE_PARTITIONS = 7;
+
+    /**
+     * The Admin calls that manage logs, each a step: incrementalAlterConfigs (SET, DELETE,
+     * APPEND, SUBTRACT, validateOnly, a refused value; a topic and the broker, per broker and
+     * cluster default) with describeConfigs and its synonyms; a topic made compacted that way,
+     * written with COMPACT_UPDATES updates of COMPACT_KEYS keys and read back once cleaned;
+     * deleteRecords (an offset, beyond the end, the high watermark, a compacted topic);
+     * describeLogDirs; describeTopics by name with a partition limit per response, which the
+     * client sends as DescribeTopicPartitions with a cursor.
+     */
+    private static void logAdmin(String bootstrap, String prefix, Map<String, Object> out)
+            throws Exception {
+        String compacted = prefix + "-compacted";
+        String plain = prefix + "-plain";
+        String wide = prefix + "-wide";
+        Map<String, Object> steps = new LinkedHashMap<>();
+        out.put("steps", steps);
+        ConfigResource topicRes = new ConfigResource(ConfigResource.Type.TOPIC, compacted);
+        ConfigResource wideRes = new ConfigResource(ConfigResource.Type.TOPIC, wide);
+        try (Admin admin = admin(bootstrap)) {
+            steps.put("createTopics", step(() -> {
+                admin.createTopics(List.of(
+                        new NewTopic(compacted, 1, (short) 1).configs(Map.of(
+                                "segment.bytes", "16384", "segment.ms", "600000")),
+                        new NewTopic(plain, 1, (short) 1),
+                        new NewTopic(wide, WIDE_PARTITIONS, (short) 1))).all().get();
+                return "ok";
+            }));
+            String node = String.valueOf(admin.describeCluster().controller().get().id());
+            ConfigResource brokerRes = new ConfigResource(ConfigResource.Type.BROKER, node);
+            ConfigResource clusterRes = new ConfigResource(ConfigResource.Type.BROKER, "");
+
+            steps.put("alterTopic", step(() -> {
+                alter(admin, topicRes, false,
+                      set("cleanup.policy", "compact"), set("min.cleanable.dirty.ratio", "0.01"),
+                      set("delete.retention.ms", "1000"), set("min.compaction.lag.ms", "0"));
+                return configs(admin, topicRes, "cleanup.policy", "min.cleanable.dirty.ratio",
+                               "delete.retention.ms", "min.compaction.lag.ms", "segment.bytes",
+                               "max.compaction.lag.ms");
+            }));
+            steps.put("deleteTopicConfig", step(() -> {
+                alter(admin, topicRes, false, new AlterConfigOp(
+                        new ConfigEntry("delete.retention.ms", null), AlterConfigOp.OpType.DELETE));
+                return configs(admin, topicRes, "delete.retention.ms");
+            }));
+            steps.put("validateOnly", step(() -> {
+                alter(admin, topicRes, true, set("segment.ms", "1234"));
+                return configs(admin, topicRes, "segment.ms");
+            }));
+            steps.put("invalidRatio", step(() -> {
+                alter(admin, topicRes, false, set("min.cleanable.dirty.ratio", "2"));
+                return "accepted";
+            }));
+            steps.put("lagAboveMax", step(() -> {
+                alter(admin, topicRes, false, set("max.compaction.lag.ms", "1000"),
+                      set("min.compaction.lag.ms", "5000"));
+                return "accepted";
+            }));
+            steps.put("appendPolicy", step(() -> {
+                alter(admin, wideRes, false, new AlterConfigOp(
+                        new ConfigEntry("cleanup.policy", "compact"), AlterConfigOp.OpType.APPEND));
+                return configs(admin, wideRes, "cleanup.policy");
+            }));
+            steps.put("subtractPolicy", step(() -> {
+                alter(admin, wideRes, false, new AlterConfigOp(
+                        new ConfigEntry("cleanup.policy", "delete"), AlterConfigOp.OpType.SUBTRACT));
+                return configs(admin, wideRes, "cleanup.policy");
+            }));
+            steps.put("restorePolicy", step(() -> {
+                alter(admin, wideRes, false, new AlterConfigOp(
+                        new ConfigEntry("cleanup.policy", null), AlterConfigOp.OpType.DELETE));
+                return configs(admin, wideRes, "cleanup.policy");
+            }));
+            steps.put("brokerStatic", step(() -> configs(admin, brokerRes,
+                                                        "log.cleaner.backoff.ms")));
+            steps.put("clusterDefault", step(() -> {
+                alter(admin, clusterRes, false, set("log.cleaner.backoff.ms", "250"));
+                return configs(admin, brokerRes, "log.cleaner.backoff.ms");
+            }));
+            steps.put("perBroker", step(() -> {
+                alter(admin, brokerRes, false, set("log.cleaner.backoff.ms", "150"));
+                return configs(admin, brokerRes, "log.cleaner.backoff.ms");
+            }));
+            steps.put("brokerReset", step(() -> {
+                AlterConfigOp drop = new AlterConfigOp(
+                        new ConfigEntry("log.cleaner.backoff.ms", null),
+                        AlterConfigOp.OpType.DELETE);
+                alter(admin, brokerRes, false, drop);
+                alter(admin, clusterRes, false, drop);
+                return configs(admin, brokerRes, "log.cleaner.backoff.ms");
+            }));
+            steps.put("readOnlyBrokerKey", step(() -> {
+                alter(admin, brokerRes, false, set("log.dirs", "/nowhere"));
+                return "accepted";
+            }));
+
+            steps.put("compacted", step(() -> compactAndRead(bootstrap, compacted)));
+
+            TopicPartition plainTp = new TopicPartition(plain, 0);
+            produceNumbered(bootstrap, plain, 1, PLAIN_RECORDS, "plain");
+            steps.put("deleteRecords", step(() -> {
+                long low = admin.deleteRecords(Map.of(plainTp, RecordsToDelete.beforeOffset(40)))
+                        .lowWatermarks().get(plainTp).get().lowWatermark();
+                long earliest = admin.listOffsets(Map.of(plainTp, OffsetSpec.earliest()))
+                        .partitionResult(plainTp).get().offset();
+                return List.of(low, earliest, firstOffset(bootstrap, plainTp));
+            }));
+            steps.put("deleteRecordsBeyondEnd", step(() -> admin.deleteRecords(Map.of(
+                    plainTp, RecordsToDelete.beforeOffset(PLAIN_RECORDS + 50)))
+                    .lowWatermarks().get(plainTp).get().lowWatermark()));
+            steps.put("deleteRecordsCompacted", step(() -> {
+                TopicPartition tp = new TopicPartition(compacted, 0);
+                return admin.deleteRecords(Map.of(tp, RecordsToDelete.beforeOffset(1)))
+                        .lowWatermarks().get(tp).get().lowWatermark();
+            }));
+            steps.put("deleteRecordsToHighWatermark", step(() -> admin.deleteRecords(Map.of(
+                    plainTp, RecordsToDelete.beforeOffset(-1)))
+                    .lowWatermarks().get(plainTp).get().lowWatermark()));
+
+            steps.put("describeLogDirs", step(() -> {
+                Map<String, Object> dirs = new TreeMap<>();
+                Map<String, LogDirDescription> found = admin.describeLogDirs(
+                        List.of(Integer.parseInt(node))).allDescriptions().get()
+                        .get(Integer.parseInt(node));
+                for (Map.Entry<String, LogDirDescription> d : found.entrySet()) {
+                    LogDirDescription desc = d.getValue();
+                    Map<String, Object> m = new LinkedHashMap<>();
+                    m.put("error", desc.error() == null ? null : desc.error().getClass().getName());
+                    m.put("totalBytes", desc.totalBytes().isPresent()
+                            ? desc.totalBytes().getAsLong() : null);
+                    m.put("usableBytes", desc.usableBytes().isPresent()
+                            ? desc.usableBytes().getAsLong() : null);
+                    Map<String, Object> replicas = new TreeMap<>();
+                    for (Map.Entry<TopicPartition, ReplicaInfo> r : desc.replicaInfos().entrySet()) {
+                        replicas.put(r.getKey().toString(), List.of(r.getValue().size(),
+                                r.getValue().offsetLag(), r.getValue().isFuture()));
+                    }
+                    m.put("replicas", replicas);
+                    dirs.put(d.getKey(), m);
+                }
+                return dirs;
+            }));
+
+            steps.put("describeTopicsPaged", step(() -> {
+                Map<String, Object> m = new LinkedHashMap<>();
+                TopicDescription d = admin.describeTopics(List.of(wide, plain),
+                        new DescribeTopicsOptions().partitionSizeLimitPerResponse(3)
+                                .includeAuthorizedOperations(true))
+                        .allTopicNames().get().get(wide);
+                List<Object> parts = new ArrayList<>();
+                for (TopicPartitionInfo p : d.partitions()) {
+                    parts.add(List.of(p.partition(), p.leader() == null ? -1 : p.leader().id(),
+                                      p.replicas().size(), p.isr().size()));
+                }
+                m.put("partitions", parts);
+                m.put("topicId", String.valueOf(d.topicId()));
+                m.put("internal", d.isInternal());
+                List<String> ops = new ArrayList<>();
+                if (d.authorizedOperations() != null) {
+                    d.authorizedOperations().forEach(op -> ops.add(op.name()));
+                }
+                Collections.sort(ops);
+                m.put("authorizedOperations", d.authorizedOperations() == null ? null : ops);
+                return m;
+            }));
+            steps.put("describeUnknownTopic", step(() -> describeTopics(
+                    admin, List.of(prefix + "-missing"))));
+        }
+    }
+
+    private static AlterConfigOp set(String name, String value) {
+        return new AlterConfigOp(new ConfigEntry(name, value), AlterConfigOp.OpType.SET);
+    }
+
+    private static void alter(Admin admin, ConfigResource res, boolean validateOnly,
+                              AlterConfigOp... ops) throws Exception {
+        admin.incrementalAlterConfigs(Map.of(res, List.of(ops)),
+                                      new AlterConfigsOptions().validateOnly(validateOnly))
+                .all().get();
+    }
+
+    /** name -> [value, source, type, readOnly, [[synonym, value, source]...]] of some keys. */
+    private static Map<String, Object> configs(Admin admin, ConfigResource res, String... names)
+            throws Exception {
+        Config config = admin.describeConfigs(List.of(res),
+                new DescribeConfigsOptions().includeSynonyms(true)).all().get().get(res);
+        Map<String, Object> out = new TreeMap<>();
+        for (String name : names) {
+            ConfigEntry e = config.get(name);
+            if (e == null) {
+                out.put(name, null);
+                continue;
+            }
+            List<Object> synonyms = new ArrayList<>();
+            for (ConfigEntry.ConfigSynonym s : e.synonyms()) {
+                synonyms.add(Arrays.asList(s.name(), s.value(), s.source().name()));
+            }
+            out.put(name, Arrays.asList(e.value(), e.source().name(), e.type().name(),
+                                        e.isReadOnly(), synonyms));
+        }
+        return out;
+    }
+
+    /** The offset of the first record a consumer reads from the beginning of `tp`. */
+    private static long firstOffset(String bootstrap, TopicPartition tp) {
+        try (KafkaConsumer<byte[], byte[]> consumer = consumer(bootstrap, Map.of())) {
+            consumer.assign(List.of(tp));
+            consumer.seekToBeginning(List.of(tp));
+            long deadline = System.nanoTime() + WAIT.toNanos();
+            while (System.nanoTime() < deadline) {
+                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
+                    return r.offset();
+                }
+            }
+        }
+        return -1;
+    }
+
+    /**
+     * COMPACT_UPDATES updates over COMPACT_KEYS keys ("k<i>" -> "<n>"), CreateTime three hours
+     * back, then one record ("roll") an hour later, which rolls the active segment past
+     * segment.ms; then whole reads from the beginning until one has each key once, or WAIT.
+     * Reports each key's last acknowledged [offset, value], the last read as [offset, key,
+     * value] and how many reads it took.
+     */
+    private static Map<String, Object> compactAndRead(String bootstrap, String topic)
+            throws Exception {
+        TopicPartition tp = new TopicPartition(topic, 0);
+        long base = System.currentTimeMillis() - 3 * 3600_000L;
+        Map<String, Object> acked = new TreeMap<>();
+        try (KafkaProducer<byte[], byte[]> producer = producer(bootstrap, Map.of(
+                "acks", "all", "linger.ms", "5"))) {
+            List<Future<RecordMetadata>> futures = new ArrayList<>();
+            List<String[]> sent = new ArrayList<>();
+            for (int n = 0; n < COMPACT_UPDATES; n++) {
+                String key = "k" + ((n * 7) % COMPACT_KEYS);
+                String value = String.valueOf(n);
+                sent.add(new String[] {key, value});
+                futures.add(producer.send(new ProducerRecord<>(topic, 0, base + n,
+                        key.getBytes(StandardCharsets.UTF_8),
+                        (value + "-" + "x".repeat(200)).getBytes(StandardCharsets.UTF_8))));
+            }
+            producer.flush(); // the roll record in a batch of its own, so it starts a segment
+            sent.add(new String[] {"roll", "roll"});
+            futures.add(producer.send(new ProducerRecord<>(topic, 0, base + 3600_000L,
+                    "roll".getBytes(StandardCharsets.UTF_8),
+                    "roll".getBytes(StandardCharsets.UTF_8))));
+            producer.flush();
+            for (int i = 0; i < futures.size(); i++) {
+                String[] kv = sent.get(i);
+                acked.put(kv[0], List.of(futures.get(i).get().offset(), kv[1]));
+            }
+        }
+        List<Object> rows = new ArrayList<>();
+        int reads = 0;
+        long deadline = System.nanoTime() + 2 * WAIT.toNanos();
+        try (KafkaConsumer<byte[], byte[]> consumer = consumer(bootstrap, Map.of())) {
+            consumer.assign(List.of(tp));
+            long end = consumer.endOffsets(List.of(tp)).get(tp);
+            while (System.nanoTime() < deadline) {
+                reads++;
+                rows = new ArrayList<>();
+                consumer.seekToBeginning(List.of(tp));
+                long position = 0;
+                while (position < end && System.nanoTime() < deadline) {
+                    for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
+                        String v = new String(r.value(), StandardCharsets.UTF_8);
+                        rows.add(List.of(r.offset(), new String(r.key(), StandardCharsets.UTF_8),
+                                         v.split("-", 2)[0]));
+                        position = r.offset() + 1;
+                    }
+                }
+                if (rows.size() == COMPACT_KEYS + 1) break;
+                Thread.sleep(200);
+            }
+        }
+        Map<String, Object> m = new LinkedHashMap<>();
+        m.put("acked", acked);
+        m.put("rows", rows);
+        m.put("reads", reads);
+        return m;
     }
 
     // -- admin -------------------------------------------------------------------------------
