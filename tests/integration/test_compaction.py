@@ -12,7 +12,8 @@ A compacted topic (cleanup.policy=compact, 16 KB segments, min.cleanable.dirty.r
   write, and each key keeps its last committed value;
 * `__consumer_offsets` (16 KB segments) stays under a tenth of the 1.4 MB written by 30,000
   offset commits, and after a restart every group's committed offsets are its last commits,
-  where a subscribing consumer resumes.
+  where a subscribing consumer resumes;
+* and a smoke run of bench.cleaner.
 
 The cleaner never touches the active segment, so each phase ends by rolling it: a last record
 whose CreateTime is an hour after the first record of the active segment, past segment.ms.
@@ -22,7 +23,10 @@ tombstones' delete horizon), after which a clean is made due and polled for.
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -55,6 +59,7 @@ CLEANER_OVERRIDES = {
     "group.initial.rebalance.delay.ms": "0",
     "group.min.session.timeout.ms": "1000",
 }
+ROOT = Path(__file__).resolve().parents[2]
 SEGMENT_BYTES = 16384
 ROLL_MS = 600_000  # segment.ms: no roll by time while producing, one on demand (roll())
 HOUR_MS = 3_600_000
@@ -483,3 +488,23 @@ def test_consumer_offsets_stay_bounded(broker_factory) -> None:
              lambda msg: first.setdefault(msg.partition(), msg.offset()),
              lambda: len(first) == GROUP_PARTITIONS, 30)
     assert first == expected[groups[0]]
+
+
+# -- the benchmark ------------------------------------------------------------------------------
+
+
+def test_bench_cleaner_quick() -> None:
+    """`python -m bench.cleaner --json --quick` prints a clean row (the backlog's dirty bytes
+    all read, two thirds of its records removed) and a produce row with each phase's rate."""
+    proc = subprocess.run([sys.executable, "-m", "bench.cleaner", "--json", "--quick"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    clean, produce_row = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    assert clean["bench"] == "clean" and clean["mb_per_s"] > 0, clean
+    assert clean["cleaner_read_mb"] == clean["dirty_mb"], clean
+    assert clean["cleaner_records_removed"] == clean["records"] - 1 - clean["keys"], clean
+    assert produce_row["bench"] == "produce", produce_row
+    for key in ("alone_records_per_s", "compacted_uncleaned_records_per_s",
+                "while_cleaning_records_per_s"):
+        assert produce_row[key] > 0, produce_row
+    assert produce_row["cleans"] >= 1, produce_row
