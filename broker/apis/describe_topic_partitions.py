@@ -87,7 +87,7 @@ def _describe(ctx: ApiContext, info: TopicInfo, indexes: range, ops: int) -> Top
         parts.append(PartitionMeta(
             error_code=ErrorCode.NONE, partition_index=i, leader_id=node,
             leader_epoch=p.leader_epoch if p is not None else 0, replica_nodes=[node],
-            isr_nodes=[node], eligible_leader_replicas=None, last_known_elr=None,
+            isr_nodes=[node], eligible_leader_replicas=[], last_known_elr=[],
             offline_replicas=[]))
     return Topic(error_code=ErrorCode.NONE, name=info.name, topic_id=info.topic_id,
                  is_internal=info.name in INTERNAL_TOPICS, partitions=parts,

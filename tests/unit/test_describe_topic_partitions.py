@@ -122,4 +122,5 @@ async def test_partitions_and_ids_as_metadata_answers(parts: Components) -> None
             assert (p.error_code, p.partition_index, p.leader_id, p.leader_epoch,
                     p.replica_nodes, p.isr_nodes, p.offline_replicas) == (
                 0, mp.partition_index, node, mp.leader_epoch, [node], [node], [])
-            assert (p.eligible_leader_replicas, p.last_known_elr) == (None, None)
+            # Kafka always sends both lists (the Java client streams them without a null check)
+            assert (p.eligible_leader_replicas, p.last_known_elr) == ([], [])
