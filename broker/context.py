@@ -2,7 +2,8 @@
 
 Every handler has the same signature, ``handle(ctx: ApiContext, request: Request)``, and reaches
 only these owners: the node's identity, topic administration, the ReplicaManager, the group
-coordinator, the fetch-session cache, the producer-id manager and the transaction coordinator.
+coordinator, the fetch-session cache, the producer-id manager, the transaction coordinator, the
+authorizer and the SCRAM credential store. Who is asking is ``request.connection.session``.
 Nothing here imports the server; the server builds this.
 """
 
@@ -15,6 +16,8 @@ from broker.fetch_session import FetchSessionCache
 from broker.group.coordinator import GroupCoordinator
 from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager
+from broker.security.authorizer import Authorizer
+from broker.security.scram import ScramCredentialStore
 from broker.topic_admin import TopicAdmin
 from broker.txn import TransactionCoordinator
 
@@ -39,3 +42,5 @@ class ApiContext:
     fetch_sessions: FetchSessionCache
     producer_ids: ProducerIdManager
     transactions: TransactionCoordinator
+    authorizer: Authorizer
+    scram: ScramCredentialStore

@@ -140,6 +140,9 @@ class MetadataStore:
 
     ``broker_configs`` maps a BROKER resource name ("" for the cluster default, or a node id)
     to its dynamic overrides, as Kafka keeps them beside the topic configs in its metadata.
+    ``acls`` (the authorizer's bindings) and ``scram_credentials`` (user -> mechanism -> salted
+    keys, never a password) are kept here too, as Kafka keeps both in its metadata log; each is
+    read and written only by its owner (broker/security/), as plain JSON values.
     """
 
     FILE = "mini-broker-topics.json"
@@ -149,6 +152,8 @@ class MetadataStore:
         self.topics: dict[str, TopicInfo] = {}
         self.by_id: dict[uuid.UUID, TopicInfo] = {}
         self.broker_configs: dict[str, dict[str, str]] = {}
+        self.acls: list[dict[str, object]] = []
+        self.scram_credentials: dict[str, dict[str, dict[str, object]]] = {}
         self.cluster_id = ""
 
     def load(self) -> None:
@@ -160,6 +165,8 @@ class MetadataStore:
                                       t["configs"]))
             self.broker_configs = {name: dict(configs) for name, configs
                                    in doc.get("broker_configs", {}).items()}
+            self.acls = list(doc.get("acls", []))
+            self.scram_credentials = dict(doc.get("scram_credentials", {}))
         else:
             self.cluster_id = _base64_uuid(uuid.uuid4())
             self.save()
@@ -174,6 +181,9 @@ class MetadataStore:
             ],
             "broker_configs": {name: configs for name, configs in self.broker_configs.items()
                                if configs},
+            "acls": self.acls,
+            "scram_credentials": {user: creds for user, creds in self.scram_credentials.items()
+                                  if creds},
         }
         atomic_write(self.path, json.dumps(doc, indent=1).encode())
 

@@ -34,6 +34,8 @@ from broker.network.connection import Connection
 from broker.network.request_channel import HandlerResult, Request, RequestChannel
 from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager
+from broker.security.authorizer import Authorizer
+from broker.security.scram import ScramCredentialStore
 from broker.topic_admin import TopicAdmin, log_config
 from broker.txn import TransactionCoordinator
 from purgatory import Timer
@@ -90,7 +92,9 @@ class Broker:
         host, port = cfg.listener
         node = Node(cfg["node.id"], *cfg.advertised, self.metadata.cluster_id)
         self.context = ApiContext(node, cfg, topics, rm, coordinator, FetchSessionCache(),
-                                  self.producer_ids, transactions)
+                                  self.producer_ids, transactions,
+                                  Authorizer.of(cfg, self.metadata),
+                                  ScramCredentialStore(self.metadata))
         metrics_listener = cfg.metrics_listener
         if metrics_listener is not None:
             self.metrics = BrokerMetrics(node.node_id)

@@ -26,6 +26,8 @@ import structlog
 
 from broker.network.request import Request
 from broker.network.sequencer import ResponseSequencer
+from broker.security.listener import PLAINTEXT_LISTENER, ListenerSecurity
+from broker.security.principal import Session
 from protocol.framing import FrameDecoder, FrameError, parse_request_header, peek_key_version
 from protocol.registry import API_VERSIONS_KEY, APIS
 from protocol.validate import schema_violation
@@ -49,8 +51,12 @@ class MuteReason(IntFlag):
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, channel: RequestChannel, serial: bool, max_frame: int) -> None:
+    def __init__(self, channel: RequestChannel, serial: bool, max_frame: int,
+                 security: ListenerSecurity = PLAINTEXT_LISTENER) -> None:
         self.channel = channel
+        self.security = security
+        self.session = Session(listener=security.name,
+                               security_protocol=security.security_protocol)
         self.channel_id = next(_channel_ids)
         self.serial = serial
         self.decoder = FrameDecoder(max_frame)
@@ -76,6 +82,7 @@ class Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.session.client_host = peer[0] if peer else ""
         self._registered = self.channel.register(self, peer[0] if peer else "?")
         if not self._registered:  # over a connection limit: refused, counted and logged there
             self.closed = True

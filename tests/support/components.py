@@ -33,6 +33,8 @@ from broker.network.request import Request
 from broker.network.request_channel import RequestChannel
 from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager
+from broker.security.authorizer import Authorizer
+from broker.security.scram import ScramCredentialStore
 from broker.topic_admin import TopicAdmin, log_config
 from broker.txn import TransactionCoordinator
 from broker.wallclock import now_ms
@@ -127,7 +129,8 @@ def build(log_dir: Path, overrides: dict[str, str] | None = None,
     rm.verify_transaction = transactions.verify_partition
     node = Node(cfg["node.id"], *cfg.advertised, metadata.cluster_id)
     sessions = FetchSessionCache()
-    context = ApiContext(node, cfg, topics, rm, coordinator, sessions, producer_ids, transactions)
+    context = ApiContext(node, cfg, topics, rm, coordinator, sessions, producer_ids, transactions,
+                         Authorizer.of(cfg, metadata), ScramCredentialStore(metadata))
     return Components(cfg, clock, timer, metadata, log_manager, producer_ids, rm, topics, store,
                       coordinator, sessions, context, transactions)
 
