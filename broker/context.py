@@ -9,7 +9,7 @@ Nothing here imports the server; the server builds this.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from broker.config import BrokerConfig
 from broker.fetch_session import FetchSessionCache
@@ -24,12 +24,22 @@ from broker.txn import TransactionCoordinator
 
 @dataclass(slots=True)
 class Node:
-    """This broker as clients see it; ``port`` is known once the listener is bound."""
+    """This broker as clients see it; ``port`` is known once the listener is bound.
+
+    ``host``/``port`` are the first advertised listener's; ``endpoints`` maps each listener's
+    name to its advertised (host, port), so Metadata, FindCoordinator and DescribeCluster
+    advertise the listener a client connected to, as Kafka does.
+    """
 
     node_id: int
     host: str
     port: int
     cluster_id: str
+    endpoints: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+    def address(self, listener: str) -> tuple[str, int]:
+        """The advertised (host, port) of ``listener``; the first listener's if unknown."""
+        return self.endpoints.get(listener, (self.host, self.port))
 
 
 @dataclass(frozen=True, slots=True)
