@@ -284,6 +284,10 @@ class BrokerMetrics:
         self.metadata: MetadataStore | None = None
         self.log_manager: LogManager | None = None
         self.transactions: Any = None  # the TransactionCoordinator, when wired
+        # Security counters, each owned where it is counted (sasl.py, authorizer.py, server.py).
+        self.auth_stats: Any = None  # AuthenticationStats: SASL successes and failures
+        self.authorizer: Any = None  # the Authorizer: denials by operation and resource type
+        self.tls_failures: dict[str, int] | None = None  # TLS handshakes failed, by listener
         self.stats: dict[int, RequestStats] = {}  # (api key << 16 | version) -> stats
         self.timings: dict[str, ApiTimings] = {}
         self.topic_bytes_out: dict[Any, int] = {}
@@ -299,6 +303,11 @@ class BrokerMetrics:
         self.channel, self.replica_manager = channel, replica_manager
         self.coordinator, self.metadata = coordinator, metadata
         self.log_manager, self.transactions = log_manager, transactions
+
+    def observe_security(self, auth_stats: Any, authorizer: Any,
+                         tls_failures: dict[str, int]) -> None:
+        self.auth_stats, self.authorizer, self.tls_failures = (auth_stats, authorizer,
+                                                               tls_failures)
 
     def stats_for(self, request: Request) -> RequestStats:
         version = request.version if request.body is not None else UNSUPPORTED
@@ -360,6 +369,7 @@ class BrokerCollector(Collector):
         cleaner = m.log_manager.cleaner if m.log_manager is not None else None
         if cleaner is not None:
             yield from self._cleaner(cleaner)
+        yield from self._security(m)
 
     # -- requests ------------------------------------------------------------------------------
     def _requests(self) -> Iterator[Metric]:
@@ -687,6 +697,30 @@ class BrokerCollector(Collector):
         for (topic, index), value in sorted(cleaner.dirty_ratios().items()):
             ratio.add_metric([topic, str(index)], value)
         yield ratio
+
+    # -- security --------------------------------------------------------------------------------
+    def _security(self, m: BrokerMetrics) -> Iterator[Metric]:
+        """Kafka's successful/failed-authentication-total per listener and mechanism (TLS
+        handshakes count under mechanism "SSL"), and authorization denials."""
+        auth = CounterMetricFamily(
+            f"{PREFIX}_authentications", "Authentications by listener, mechanism and result.",
+            labels=["listener", "mechanism", "result"])
+        if m.auth_stats is not None:
+            for result, counts in (("success", m.auth_stats.successes),
+                                   ("failure", m.auth_stats.failures)):
+                for (listener, mechanism), n in sorted(counts.items()):
+                    auth.add_metric([listener, mechanism, result], n)
+        for listener, n in sorted((m.tls_failures or {}).items()):
+            auth.add_metric([listener, "SSL", "failure"], n)
+        yield auth
+        denied = CounterMetricFamily(
+            f"{PREFIX}_authorization_denials", "Requests or parts of requests the authorizer "
+            "denied, by operation and resource type.", labels=["operation", "resource_type"])
+        if m.authorizer is not None:
+            for (operation, resource_type), n in sorted(m.authorizer.denials.items()):
+                denied.add_metric([operation, resource_type], n)
+        yield denied
+
 
 # -- the endpoint ---------------------------------------------------------------------------------
 
