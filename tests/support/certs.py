@@ -73,7 +73,7 @@ def _pem_cert(cert: x509.Certificate) -> str:
 
 
 def _validity() -> tuple[datetime.datetime, datetime.datetime]:
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     return now - datetime.timedelta(hours=1), now + datetime.timedelta(days=2)
 
 
@@ -155,3 +155,83 @@ def broker_ssl_overrides(pki: Pki, listener: str | None = None,
     if client_auth:
         keys["ssl.client.auth"] = client_auth
     return {prefix + k: v for k, v in keys.items()}
+
+
+# -- a secured broker and the clients' settings for it ----------------------------------------
+
+PLAIN_LOGIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
+
+
+def plain_jaas(users: dict[str, str]) -> str:
+    """Kafka's broker-side PLAIN jaas text: `user_<name>="<password>"` per user."""
+    entries = " ".join(f'user_{u}="{p}"' for u, p in users.items())
+    return f"{PLAIN_LOGIN} required {entries};"
+
+
+def secure_broker_overrides(pki: Pki, plain_users: dict[str, str],
+                            mechanisms: tuple[str, ...] = MECHANISMS,
+                            listeners: tuple[str, ...] = ("PLAINTEXT", "SASL_PLAINTEXT",
+                                                          "SASL_SSL"),
+                            acls: bool = True) -> dict[str, str]:
+    """A broker with one listener per security protocol named after it (ephemeral ports),
+    SASL on the SASL ones with the PLAIN users of `plain_users`, TLS from the PKI, and
+    Kafka's StandardAuthorizer with User:admin as super user."""
+    keys = {"listeners": ",".join(f"{name}://127.0.0.1:0" for name in listeners),
+            "sasl.enabled.mechanisms": ",".join(mechanisms),
+            **broker_ssl_overrides(pki)}
+    for name in listeners:
+        if name.startswith("SASL_") and "PLAIN" in mechanisms:
+            keys[f"listener.name.{name.lower()}.plain.sasl.jaas.config"] = plain_jaas(plain_users)
+    if acls:
+        keys |= {"authorizer.class.name": STANDARD_AUTHORIZER, "super.users": "User:admin"}
+    return keys
+
+
+def confluent_config(bootstrap: str, protocol: str, mechanism: str | None = None,
+                     user: str = "", password: str = "", ca: Path | None = None) -> dict:
+    """librdkafka's keys (confluent-kafka, kcat's -X)."""
+    conf: dict = {"bootstrap.servers": bootstrap, "security.protocol": protocol,
+                  "broker.address.family": "v4"}
+    if protocol.startswith("SASL_"):
+        conf |= {"sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password}
+    if protocol.endswith("SSL") and ca is not None:
+        conf["ssl.ca.location"] = str(ca)
+    return conf
+
+
+def kafka_python_config(bootstrap: str, protocol: str, mechanism: str | None = None,
+                        user: str = "", password: str = "", ca: Path | None = None) -> dict:
+    """kafka-python's keyword arguments (KafkaProducer, KafkaConsumer, KafkaAdminClient)."""
+    conf: dict = {"bootstrap_servers": bootstrap, "security_protocol": protocol}
+    if protocol.startswith("SASL_"):
+        conf |= {"sasl_mechanism": mechanism, "sasl_plain_username": user,
+                 "sasl_plain_password": password}
+    if protocol.endswith("SSL") and ca is not None:
+        conf["ssl_cafile"] = str(ca)
+    return conf
+
+
+def aiokafka_config(bootstrap: str, protocol: str, mechanism: str | None = None,
+                    user: str = "", password: str = "", ca: Path | None = None) -> dict:
+    """aiokafka's keyword arguments: TLS through an ssl.SSLContext (host name checked)."""
+    from aiokafka.helpers import create_ssl_context
+
+    conf: dict = {"bootstrap_servers": bootstrap, "security_protocol": protocol}
+    if protocol.startswith("SASL_"):
+        conf |= {"sasl_mechanism": mechanism, "sasl_plain_username": user,
+                 "sasl_plain_password": password}
+    if protocol.endswith("SSL") and ca is not None:
+        conf["ssl_context"] = create_ssl_context(cafile=str(ca))
+    return conf
+
+
+def kcat_args(conf: dict) -> list[str]:
+    """A librdkafka configuration as kcat's `-b` and `-X key=value` arguments."""
+    args = ["-b", conf["bootstrap.servers"]]
+    for k, v in conf.items():
+        if k != "bootstrap.servers":  # sasl.mechanisms: the name kcat's documentation uses
+            args += ["-X", f"{'sasl.mechanisms' if k == 'sasl.mechanism' else k}={v}"]
+    return args
