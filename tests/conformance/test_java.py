@@ -564,3 +564,126 @@ def test_describe_topics_paged(log_admin: LogAdmin) -> None:
     assert d["topicId"] != ZERO_UUID and not d["internal"]
     assert {"READ", "WRITE", "DESCRIBE"} <= set(d["authorizedOperations"] or []), d
     _refused(log_admin.steps["describeUnknownTopic"], "UnknownTopicOrPartitionException")
+
+
+# -- security -----------------------------------------------------------------------------------
+# A broker of its own with one SASL_SSL listener and ACLs on; each identity is a client
+# properties file, as Java users write them. MiniBrokerSecurity is compiled with the other
+# sources and run by java_support.run with its main class swapped in.
+
+SECURITY_RECORDS = 20
+
+
+@dataclass
+class SecurityRun:
+    run: java_support.Run
+    specs: dict[str, str]
+    prefix: str
+
+    def __getitem__(self, name: str) -> dict:
+        result = self.run[self.specs[name]]
+        assert "error" not in result, f"{name}: {result['error']}\n{self.run.stderr[-4000:]}"
+        return result
+
+
+def _client_properties(path: Path, pki, mechanism: str, user: str, password: str) -> Path:
+    module = ("org.apache.kafka.common.security.plain.PlainLoginModule" if mechanism == "PLAIN"
+              else "org.apache.kafka.common.security.scram.ScramLoginModule")
+    path.write_text("\n".join([
+        "security.protocol=SASL_SSL",
+        f"sasl.mechanism={mechanism}",
+        f'sasl.jaas.config={module} required username="{user}" password="{password}";',
+        "ssl.truststore.type=PEM",
+        f"ssl.truststore.location={pki.ca_path}",
+    ]) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def security_run(client, tmp_path_factory) -> Iterator[SecurityRun]:
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    from tests.support.certs import confluent_config, make_pki, secure_broker_overrides
+
+    root = tmp_path_factory.mktemp("java-security")
+    pki = make_pki(root / "pki")
+    plain = {"admin": "admin-secret", "alice": "alice-plain-secret"}
+    broker = BrokerProcess(root / "broker", {
+        **GROUP_OVERRIDES, **secure_broker_overrides(pki, plain, listeners=("SASL_SSL",))}
+    ).start()
+    try:
+        bootstrap = broker.bootstrap_for("SASL_SSL")
+        admin = AdminClient(confluent_config(bootstrap, "SASL_SSL", "PLAIN", "admin",
+                                             plain["admin"], pki.ca_path))
+        upsert = UserScramCredentialUpsertion(
+            "alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"alice-scram")
+        admin.alter_user_scram_credentials([upsert])["alice"].result(30)
+        props = {
+            "admin": _client_properties(root / "admin.properties", pki, "PLAIN", "admin",
+                                        plain["admin"]),
+            "plain": _client_properties(root / "alice-plain.properties", pki, "PLAIN", "alice",
+                                        plain["alice"]),
+            "scram": _client_properties(root / "alice-scram.properties", pki, "SCRAM-SHA-512",
+                                        "alice", "alice-scram"),
+        }
+        prefix = unique_topic("java-sec")
+        other = unique_topic("java-other")
+        specs = {
+            "createScram": f"createTopic:{props['admin']}:{prefix}-scram:2",
+            "createPlain": f"createTopic:{props['admin']}:{prefix}-plain:2",
+            "createOther": f"createTopic:{props['admin']}:{other}:1",
+            "acls": f"acls:{props['admin']}:alice:{prefix}",
+            "scram": f"roundtrip:{props['scram']}:{prefix}-scram:{prefix}-scram-g:"
+                     f"{SECURITY_RECORDS}",
+            "plain": f"roundtrip:{props['plain']}:{prefix}-plain:{prefix}-plain-g:"
+                     f"{SECURITY_RECORDS}",
+            "denied": f"denied:{props['scram']}:{other}",
+        }
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(java_support, "MAIN", "MiniBrokerSecurity")
+            run = java_support.run(client, bootstrap, list(specs.values()), timeout=180)
+        yield SecurityRun(run, specs, prefix)
+    finally:
+        if broker.proc is not None and broker.proc.poll() is None:
+            broker.kill()
+
+
+def test_security_admin_acls(security_run: SecurityRun) -> None:
+    """Admin createAcls, describeAcls (alice's four bindings), deleteAcls (the DENY, returned
+    as deleted) and describeAcls again, over SASL_SSL as the PLAIN super user."""
+    for name in ("createScram", "createPlain", "createOther"):
+        assert security_run[name]["created"]
+    steps, p = security_run["acls"], security_run.prefix
+    assert _value(steps["createAcls"]) == "ok"
+    allowed = [f"GROUP PREFIXED {p} User:alice * READ ALLOW",
+               f"TOPIC PREFIXED {p} User:alice * READ ALLOW",
+               f"TOPIC PREFIXED {p} User:alice * WRITE ALLOW"]
+    deny = f"TOPIC LITERAL {p}-tmp User:alice * DESCRIBE DENY"
+    assert _value(steps["describeAcls"]) == sorted([*allowed, deny])
+    assert _value(steps["deleteAcls"]) == [deny]
+    assert _value(steps["describeAfterDelete"]) == allowed
+
+
+@pytest.mark.parametrize("mechanism", ["scram", "plain"])
+def test_security_roundtrip(security_run: SecurityRun, mechanism: str) -> None:
+    """alice over SASL_SSL (SCRAM-SHA-512, then PLAIN): the idempotent producer's records all
+    acknowledged, read once by a classic group that commits them all."""
+    result = security_run[mechanism]
+    assert len(result["acked"]) == SECURITY_RECORDS
+    assert result["values"] == sorted(f"v{i}" for i in range(SECURITY_RECORDS))
+    topic = f"{security_run.prefix}-{mechanism}"
+    acked = Counter(p for p, _o in result["acked"])
+    assert result["committed"] == {f"{topic}-{p}": n for p, n in acked.items()}
+
+
+def test_security_denied(security_run: SecurityRun) -> None:
+    """A produce to a topic alice has no ACL for fails with TopicAuthorizationException; her
+    CreateAcls with ClusterAuthorizationException."""
+    result = security_run["denied"]
+    _refused(result["produce"], "TopicAuthorizationException")
+    _refused(result["createAcls"], "ClusterAuthorizationException")
