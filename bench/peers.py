@@ -23,7 +23,13 @@ ratio the median of the per-run ratios.
             is answered at its timeout (not before, and at most 1 s after).
 
 mini-broker runs with its defaults (pipelined, no fsync per message, metrics.listener at its
-default); Tansu with `--storage-engine memory://tansu/`. --quick shrinks every workload to a
+default); Tansu with `--storage-engine memory://tansu/`. `--security plaintext,sasl_ssl` runs
+mini-broker's workloads a second time over SASL_SSL (TLS 1.3 and SCRAM-SHA-256, certificates
+from tests/support/certs.py, no authorizer) right after each PLAINTEXT run, and prints one
+`tls_cost` line per figure: the medians and the median of the per-run ratios SASL_SSL /
+PLAINTEXT. Tansu 0.6.0 takes a certificate (--cert/--key) but its SASL users live in a storage
+engine this benchmark does not run, so its SASL_SSL rows are not run; the idle workload speaks
+the protocol on raw sockets and runs over PLAINTEXT only. --quick shrinks every workload to a
 few seconds and one run (the smoke test in make test). --report writes the "Peers" section
 of docs/benchmarks.md and docs/img/peers.png; --from reads the runs from a saved --json
 output instead of running them.
@@ -62,6 +68,7 @@ from tests.support.broker import BrokerProcess
 
 BROKERS = ("mini-broker", "tansu")
 WORKLOADS = ("small", "large", "requests", "longpoll", "idle")
+SECURITIES = ("plaintext", "sasl_ssl")
 ROOT = Path(__file__).resolve().parent.parent
 
 # (workload, key, label, higher is better): what the table and chart show, in order.
@@ -111,9 +118,14 @@ QUICK = Scale(small_records=20_000, large_records=200, requests_seconds=2.0,
 @dataclass
 class Running:
     name: str
-    bootstrap: str
+    bootstrap: str  # PLAINTEXT: topics are created here
     pid: int
     metrics_port: int | None = None  # mini-broker's Prometheus endpoint (None: metrics off)
+    client: dict[str, Any] | None = None  # the load's librdkafka settings (None: PLAINTEXT)
+
+    @property
+    def conf(self) -> dict[str, Any]:
+        return dict(self.client or {"bootstrap.servers": self.bootstrap})
 
 
 def tansu_binary() -> str:
@@ -180,12 +192,24 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def _mini(tmp: Path) -> Iterator[Running]:
-    broker = BrokerProcess(tmp / "mini").start()  # defaults; only log.dirs and the port are set
+def _mini(tmp: Path, security: str = "plaintext") -> Iterator[Running]:
+    client = None
+    if security == "sasl_ssl":
+        from tests.support.certs import bench_broker_overrides, make_pki
+
+        pki = make_pki(tmp / "pki")
+        broker = BrokerProcess(tmp / "mini", bench_broker_overrides(pki)).start()
+    else:  # defaults; only log.dirs and the port are set
+        broker = BrokerProcess(tmp / "mini").start()
     assert broker.proc is not None
     try:
+        if security == "sasl_ssl":
+            from tests.support.certs import add_bench_user, bench_client_config
+
+            add_bench_user(broker.bootstrap)
+            client = bench_client_config(broker.bootstrap_for("SASL_SSL"), pki)
         yield Running("mini-broker", broker.bootstrap, broker.proc.pid,
-                      getattr(broker, "metrics_port", None))
+                      getattr(broker, "metrics_port", None), client)
     finally:
         try:
             broker.stop(30)
@@ -194,10 +218,16 @@ def _mini(tmp: Path) -> Iterator[Running]:
 
 
 @contextlib.contextmanager
-def running(name: str) -> Iterator[Running]:
+def running(name: str, security: str = "plaintext") -> Iterator[Running]:
     with tempfile.TemporaryDirectory(prefix=f"peers-{name}-") as tmp:
-        with (_mini if name == "mini-broker" else _tansu)(Path(tmp)) as b:
-            yield b
+        if name == "mini-broker":
+            with _mini(Path(tmp), security) as b:
+                yield b
+        else:
+            if security != "plaintext":
+                raise ValueError(f"{name}: {security} is not run (PLAINTEXT only)")
+            with _tansu(Path(tmp)) as b:
+                yield b
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -243,10 +273,10 @@ def _produce_all(producer: Producer, topic: str, payload: bytes, n: int,
             poll(0)
 
 
-def _consume_count(bootstrap: str, topic: str, n: int, timeout: float,
+def _consume_count(conf: dict[str, Any], topic: str, n: int, timeout: float,
                    extra: dict[str, Any] | None = None) -> tuple[int, int, float]:
     """(records, value bytes, seconds) reading partition 0 from offset 0 until n records."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "peers-bench",
+    consumer = Consumer({**conf, "group.id": "peers-bench",
                          "enable.auto.commit": False, "enable.partition.eof": False,
                          **(extra or {})})
     got = nbytes = 0
@@ -283,7 +313,7 @@ def _produce_then_consume(b: Running, topic: str, n: int, size: int,
         if err is not None:
             errors += 1
 
-    producer = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", **conf,
+    producer = Producer({**b.conf, "acks": "all", **conf,
                          "on_delivery": on_error, "delivery.report.only.error": True})
     producer.list_topics(topic, timeout=10)  # connected, metadata known: not in the timing
     payload = os.urandom(size)
@@ -295,7 +325,7 @@ def _produce_then_consume(b: Running, topic: str, n: int, size: int,
     cpu1 = proc_cpu_s(b.pid)
     if left or errors:
         raise RuntimeError(f"produce: {left} undelivered, {errors} errors")
-    got, nbytes, consume_s = _consume_count(b.bootstrap, topic, n, 300)
+    got, nbytes, consume_s = _consume_count(b.conf, topic, n, 300)
     cpu2 = proc_cpu_s(b.pid)
     return {"records": n, "record_size": size, "produce_s": round(produce_s, 3),
             "consume_s": round(consume_s, 3), "consumed": got, "consumed_bytes": nbytes,
@@ -333,7 +363,7 @@ def w_requests(b: Running, sc: Scale) -> dict[str, Any]:
     """
     topic, payload = "requests", os.urandom(1024)
     _create_topic(b.bootstrap, topic)
-    producers = [Producer({"bootstrap.servers": b.bootstrap, "acks": 1, "linger.ms": 0})
+    producers = [Producer({**b.conf, "acks": 1, "linger.ms": 0})
                  for _ in range(REQUEST_PRODUCERS)]
     for p in producers:
         p.list_topics(topic, timeout=10)
@@ -392,11 +422,11 @@ def w_requests(b: Running, sc: Scale) -> dict[str, Any]:
 def w_longpoll(b: Running, sc: Scale) -> dict[str, Any]:
     topic, rate = "longpoll", 1000
     _create_topic(b.bootstrap, topic)
-    consumer = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "peers-bench",
+    consumer = Consumer({**b.conf, "group.id": "peers-bench",
                          "fetch.wait.max.ms": 500, "fetch.min.bytes": 1,
                          "enable.auto.commit": False, "enable.partition.eof": False})
     consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    producer = Producer({"bootstrap.servers": b.bootstrap, "acks": 1, "linger.ms": 0})
+    producer = Producer({**b.conf, "acks": 1, "linger.ms": 0})
     producer.list_topics(topic, timeout=10)
     latencies: list[float] = []
     stop = threading.Event()
@@ -443,13 +473,14 @@ RUNNERS: dict[str, Callable[[Running, Scale], dict[str, Any]]] = {
 }
 
 
-def run_one(workload: str, broker: str, run: int, sc: Scale) -> dict[str, Any]:
+def run_one(workload: str, broker: str, run: int, sc: Scale,
+            security: str = "plaintext") -> dict[str, Any]:
     # The machine may be shared: its load when the run starts goes with the figures.
     row: dict[str, Any] = {"workload": workload, "broker": broker, "run": run,
-                           "loadavg_1m": round(os.getloadavg()[0], 2)}
+                           "security": security, "loadavg_1m": round(os.getloadavg()[0], 2)}
     t0 = time.perf_counter()
     try:
-        with running(broker) as b:
+        with running(broker, security) as b:
             if broker == "mini-broker":
                 row["metrics_on"] = b.metrics_port is not None
             cpu0, self0 = proc_cpu_s(b.pid), _self_cpu_s()
@@ -471,6 +502,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     (mini-broker over Tansu where higher is better, Tansu over mini-broker where lower is
     better, so above 1.0 always means mini-broker did better)."""
     out = []
+    rows = [r for r in rows if r.get("security", "plaintext") == "plaintext"]
     for workload, key, label, higher in FIGURES:
         by: dict[str, dict[int, float]] = {name: {} for name in BROKERS}
         for r in rows:
@@ -489,6 +521,31 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "mini-broker": med["mini-broker"], "tansu": med["tansu"],
                     "ratio": statistics.median(ratios) if ratios else None,
                     "ratio_min": min(ratios, default=None), "ratio_max": max(ratios, default=None),
+                    "runs": len(ratios)})
+    return out
+
+
+def tls_cost(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per figure of mini-broker's: the PLAINTEXT and SASL_SSL medians and the median of the
+    per-run ratios SASL_SSL / PLAINTEXT (raw: below 1.0 is a cost for throughput, above 1.0
+    for latency and CPU)."""
+    out = []
+    for workload, key, label, higher in FIGURES:
+        by: dict[str, dict[int, float]] = {s: {} for s in SECURITIES}
+        for r in rows:
+            if (r["broker"] == "mini-broker" and r["workload"] == workload and "error" not in r
+                    and key in r and r.get("security", "plaintext") in by):
+                by[r.get("security", "plaintext")][r["run"]] = float(r[key])
+        runs = sorted(set(by["plaintext"]) & set(by["sasl_ssl"]))
+        ratios = [by["sasl_ssl"][n] / by["plaintext"][n] for n in runs if by["plaintext"][n]]
+        if not runs:
+            continue
+        out.append({"scenario": "tls_cost", "workload": workload, "figure": label, "key": key,
+                    "higher_is_better": higher,
+                    "plaintext": statistics.median(by["plaintext"].values()),
+                    "sasl_ssl": statistics.median(by["sasl_ssl"].values()),
+                    "ratio_sasl_ssl_over_plaintext":
+                        round(statistics.median(ratios), 4) if ratios else None,
                     "runs": len(ratios)})
     return out
 
@@ -648,6 +705,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workload", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
     ap.add_argument("--runs", type=int, default=None, help="runs per broker (default 3, quick 1)")
     ap.add_argument("--quick", action="store_true", help="a few seconds per workload")
+    ap.add_argument("--security", default="plaintext",
+                    help="plaintext,sasl_ssl: mini-broker also over SASL_SSL (SCRAM-SHA-256), "
+                         "each run right after its PLAINTEXT twin, and tls_cost lines")
     ap.add_argument("--report", action="store_true",
                     help="write docs/benchmarks.md's Peers section and docs/img/peers.png")
     ap.add_argument("--from", dest="from_file", type=Path,
@@ -672,13 +732,23 @@ def main(argv: list[str] | None = None) -> int:
             except RuntimeError as exc:
                 raise SystemExit(f"bench.peers: {exc}") from exc
         _raise_nofile(sc.idle_connections + 1024)
+        securities = args.security.split(",")
+        if unknown := set(securities) - set(SECURITIES):
+            raise SystemExit(f"bench.peers: unknown --security {sorted(unknown)}")
         rows = []
         for workload in args.workload:
             for run in range(1, runs + 1):
                 for broker in brokers:
-                    row = run_one(workload, broker, run, sc)
-                    rows.append(row)
-                    print(json.dumps(row) if args.json else row, flush=True)
+                    for security in securities:
+                        if security != "plaintext" and (broker != "mini-broker"
+                                                        or workload == "idle"):
+                            continue  # see the module's docstring
+                        row = run_one(workload, broker, run, sc, security)
+                        rows.append(row)
+                        print(json.dumps(row) if args.json else row, flush=True)
+        if "sasl_ssl" in securities:
+            for line in tls_cost(rows):
+                print(json.dumps(line) if args.json else line, flush=True)
         command = "python -m bench.peers " + " ".join(a for a in (argv or sys.argv[1:])
                                                       if a != "--report")
     if args.report:

@@ -3,6 +3,7 @@
     python -m bench.pipeline --json [--records N] [--record-size 65536]
     python -m bench.pipeline --json --scenario longpoll [--seconds 10]
     python -m bench.pipeline --json --metrics on,off --repeat 5 [--scrape-interval 1]
+    python -m bench.pipeline --json --security plaintext,sasl_ssl --repeat 3 [--modes pipelined]
 
 `produce`: the broker starts twice (serial, then pipelined) with log.flush.interval.messages=1,
 so every batch is fsynced before its ack (the wait that pipelining overlaps); one
@@ -19,6 +20,10 @@ storage: N produce frames through Connection -> RequestChannel -> a handler answ
 prebuilt response -> the sequencer -> a transport that drops the bytes, so the per-request cost
 of the network layer and of the metrics on it is measured alone (an upper bound of the relative
 cost: no append, no fsync, no client).
+`--security plaintext,sasl_ssl`: the produce scenario over PLAINTEXT and over SASL_SSL (TLS and
+SCRAM-SHA-256, certificates from tests/support/certs.py, no authorizer), back to back per mode,
+--repeat times alternating which goes first; each run prints its row, then one `tls_cost` row
+per mode with the medians and the median of the per-repetition ratios SASL_SSL / PLAINTEXT.
 """
 
 from __future__ import annotations
@@ -79,23 +84,39 @@ class Scraper(threading.Thread):
 
 
 def run_produce(mode: str, records: int, size: int, rate: int, extra: dict[str, str],
-                batch_size: int = 1 << 20, scrape_interval: float = 0.0) -> dict:
-    """rate 0: as fast as the producer can (throughput); else records/s (latency at a load)."""
+                batch_size: int = 1 << 20, scrape_interval: float = 0.0,
+                security: str = "plaintext") -> dict:
+    """rate 0: as fast as the producer can (throughput); else records/s (latency at a load).
+    security sasl_ssl: the producer connects over SASL_SSL with SCRAM-SHA-256."""
     scraper: Scraper | None = None
     with tempfile.TemporaryDirectory() as tmp:
+        secure: dict[str, str] = {}
+        if security == "sasl_ssl":
+            from tests.support.certs import bench_broker_overrides, make_pki
+
+            pki = make_pki(Path(tmp) / "pki")
+            secure = bench_broker_overrides(pki)
         broker = BrokerProcess(Path(tmp), {
-            "request.processing.mode": mode, "log.flush.interval.messages": "1", **extra,
+            "request.processing.mode": mode, "log.flush.interval.messages": "1", **secure,
+            **extra,
         }).start()
         try:
             _create_topic(broker.bootstrap, "bench")
+            client = {"bootstrap.servers": broker.bootstrap}
+            if security == "sasl_ssl":
+                from tests.support.certs import add_bench_user, bench_client_config
+
+                add_bench_user(broker.bootstrap)
+                client = bench_client_config(broker.bootstrap_for("SASL_SSL"), pki)
             if scrape_interval > 0 and broker.metrics_port:
                 scraper = Scraper(broker.metrics_port, scrape_interval)
                 scraper.start()
             producer = Producer({
-                "bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 1,
+                **client, "acks": "all", "linger.ms": 1,
                 "batch.size": batch_size, "max.in.flight.requests.per.connection": 5,
                 "message.max.bytes": 1 << 21, "queue.buffering.max.kbytes": 1 << 20,
             })
+            producer.list_topics("bench", timeout=10)  # connected (and authenticated) first
             payload = os.urandom(size)
             latencies: list[float] = []
             errors = 0
@@ -132,7 +153,8 @@ def run_produce(mode: str, records: int, size: int, rate: int, extra: dict[str, 
                 scraper.join(15)
             broker.stop()
     return {
-        "scenario": "produce", "mode": mode, "records": records, "record_size": size,
+        "scenario": "produce", "mode": mode, "security": security, "records": records,
+        "record_size": size,
         "target_rate": rate, "batch_size": batch_size,
         "metrics": "on" if broker.metrics_port else "off",
         "scrapes": scraper.scrapes if scraper is not None else 0,
@@ -262,6 +284,36 @@ def run_metrics_overhead(args: argparse.Namespace, extra: dict[str, str]) -> Non
     print(json.dumps(summary) if args.json else summary, flush=True)
 
 
+def run_tls_cost(args: argparse.Namespace, extra: dict[str, str]) -> None:
+    """PLAINTEXT vs SASL_SSL per mode, interleaved; each run's row, then the medians and the
+    median of the paired ratios per mode."""
+    securities = args.security.split(",")
+    for mode in args.modes.split(","):
+        rows: dict[str, list[dict]] = {s: [] for s in securities}
+        for rep in range(args.repeat):
+            for security in securities if rep % 2 == 0 else securities[::-1]:
+                row = run_produce(mode, args.records, args.record_size, args.rate, extra,
+                                  args.batch_size, security=security)
+                row["rep"] = rep
+                rows[security].append(row)
+                print(json.dumps(row) if args.json else row, flush=True)
+        if len(securities) < 2:
+            continue
+        a, b = securities[:2]
+        summary: dict = {"scenario": "tls_cost", "mode": mode, "repeat": args.repeat,
+                         "records": args.records, "record_size": args.record_size}
+        for s in (a, b):
+            summary[f"median_mb_per_s_{s}"] = statistics.median(r["mb_per_s"] for r in rows[s])
+            summary[f"median_p99_ms_{s}"] = statistics.median(r["p99_ms"] for r in rows[s])
+            cpu = [r["broker_cpu_s"] for r in rows[s]]
+            if all(c is not None for c in cpu):
+                summary[f"median_broker_cpu_us_per_record_{s}"] = round(
+                    statistics.median(cpu) / args.records * 1e6, 2)
+        pairs = [y["mb_per_s"] / x["mb_per_s"] for x, y in zip(rows[a], rows[b], strict=True)]
+        summary[f"median_paired_ratio_{b}_over_{a}"] = round(statistics.median(pairs), 4)
+        print(json.dumps(summary) if args.json else summary, flush=True)
+
+
 def run_longpoll(mode: str, seconds: float, rate: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         broker = BrokerProcess(Path(tmp), {"request.processing.mode": mode}).start()
@@ -325,13 +377,19 @@ def main() -> None:
                     help="producer batch.size (produce scenario)")
     ap.add_argument("--metrics", default="",
                     help="on,off: metrics overhead, pipelined produce with and without metrics")
-    ap.add_argument("--repeat", type=int, default=5, help="runs per setting (--metrics)")
+    ap.add_argument("--repeat", type=int, default=5,
+                    help="runs per setting (--metrics, --security)")
+    ap.add_argument("--security", default="",
+                    help="plaintext,sasl_ssl: the produce scenario over both, interleaved")
     ap.add_argument("--scrape-interval", type=float, default=1.0,
                     help="seconds between scrapes while metrics are on (0: none)")
     args = ap.parse_args()
     extra = dict(o.split("=", 1) for o in args.override)
     if args.metrics:
         run_metrics_overhead(args, extra)
+        return
+    if args.security:
+        run_tls_cost(args, extra)
         return
     for mode in args.modes.split(","):
         if args.scenario == "produce":

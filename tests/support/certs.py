@@ -235,3 +235,37 @@ def kcat_args(conf: dict) -> list[str]:
         if k != "bootstrap.servers":  # sasl.mechanisms: the name kcat's documentation uses
             args += ["-X", f"{'sasl.mechanisms' if k == 'sasl.mechanism' else k}={v}"]
     return args
+
+
+# -- benchmarks: SASL_SSL with SCRAM-SHA-256 beside PLAINTEXT ---------------------------------
+
+BENCH_USER, BENCH_PASSWORD = "bench", "bench-secret"
+
+
+def bench_broker_overrides(pki: Pki) -> dict[str, str]:
+    """PLAINTEXT (first: the broker's `bootstrap`, for setup) and SASL_SSL with SCRAM-SHA-256,
+    no authorizer: what the benchmarks' TLS rows measure is the channel, not ACL checks."""
+    return secure_broker_overrides(pki, {}, mechanisms=("SCRAM-SHA-256",),
+                                   listeners=("PLAINTEXT", "SASL_SSL"), acls=False)
+
+
+def add_bench_user(plaintext_bootstrap: str) -> None:
+    """The benchmark's SCRAM-SHA-256 user, created over the PLAINTEXT listener."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient({"bootstrap.servers": plaintext_bootstrap})
+    upsert = UserScramCredentialUpsertion(
+        BENCH_USER, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096),
+        BENCH_PASSWORD.encode())
+    admin.alter_user_scram_credentials([upsert])[BENCH_USER].result(30)
+
+
+def bench_client_config(sasl_ssl_bootstrap: str, pki: Pki) -> dict:
+    """librdkafka's settings for the benchmark user over SASL_SSL."""
+    return confluent_config(sasl_ssl_bootstrap, "SASL_SSL", "SCRAM-SHA-256", BENCH_USER,
+                            BENCH_PASSWORD, pki.ca_path)
