@@ -1,5 +1,7 @@
-"""Every real client over SASL_PLAINTEXT and SASL_SSL with each mechanism (PLAIN, SCRAM-SHA-256,
-SCRAM-SHA-512), against one broker with ACLs on, configured with Kafka's own keys.
+"""Every real client (confluent-kafka, kafka-python, aiokafka, kcat, kafkajs; Java in
+tests/conformance/test_java.py) over SASL_PLAINTEXT and SASL_SSL with each mechanism (PLAIN,
+SCRAM-SHA-256, SCRAM-SHA-512), against one broker with ACLs on, configured with Kafka's own
+keys.
 
 One broker per module: listeners PLAINTEXT, SASL_PLAINTEXT and SASL_SSL (ephemeral ports,
 certificates from tests/support/certs.py), StandardAuthorizer with User:admin as super user.
@@ -13,12 +15,15 @@ her SCRAM password differ, so a login can only succeed against the store its mec
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import shutil
 import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
@@ -50,6 +55,8 @@ from tests.support.certs import (
 )
 
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
+NODE = shutil.which("node")
+KAFKAJS = Path(__file__).resolve().parents[1] / "conformance" / "kafkajs" / "node_modules"
 PLAIN_USERS = {"admin": "admin-secret", "alice": "alice-secret"}
 SCRAM_PASSWORD = "alice-scram-secret"  # not her PLAIN password
 SCRAM_ITERATIONS = {"SCRAM-SHA-256": 8192, "SCRAM-SHA-512": 4096}
@@ -239,9 +246,61 @@ def roundtrip_kcat(s: Secure, protocol: str, mechanism: str, topic: str, group: 
     return [tuple(line.encode().split(b":", 1)) for line in run.stdout.splitlines()]
 
 
+# kafkajs as its users write it: `ssl` with the CA, `sasl` with a lower-case mechanism. The
+# records come on stdin as JSON [[key, value], ...]; what the group read goes to stdout.
+KAFKAJS_SCRIPT = r"""
+const fs = require('fs');
+const { Kafka, logLevel } = require('kafkajs');
+const [bootstrap, protocol, mechanism, username, password, ca, topic, groupId] =
+  process.argv.slice(1);
+const records = JSON.parse(fs.readFileSync(0, 'utf-8'));
+const kafka = new Kafka({
+  clientId: 'security-test', brokers: [bootstrap], logLevel: logLevel.ERROR,
+  ssl: protocol === 'SASL_SSL' ? { ca: [fs.readFileSync(ca, 'utf-8')] } : false,
+  sasl: { mechanism: mechanism.toLowerCase(), username, password },
+});
+(async () => {
+  const producer = kafka.producer();
+  await producer.connect();
+  await producer.send({ topic, acks: -1,
+                        messages: records.map(([key, value]) => ({ key, value })) });
+  await producer.disconnect();
+  const consumer = kafka.consumer({ groupId });
+  await consumer.connect();
+  await consumer.subscribe({ topics: [topic], fromBeginning: true });
+  const got = [];
+  await new Promise((resolve) => consumer.run({
+    autoCommit: false,
+    eachMessage: async ({ partition, message }) => {
+      got.push([message.key.toString(), message.value.toString()]);
+      await consumer.commitOffsets([{ topic, partition,
+                                      offset: (BigInt(message.offset) + 1n).toString() }]);
+      if (got.length >= records.length) resolve();
+    },
+  }));
+  await consumer.disconnect();
+  console.log(JSON.stringify(got));
+})().catch((e) => { console.error(e); process.exit(1); });
+"""
+
+
+def roundtrip_kafkajs(s: Secure, protocol: str, mechanism: str, topic: str, group: str,
+                      recs: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    if NODE is None or not (KAFKAJS / "kafkajs").is_dir():
+        pytest.fail(f"node or kafkajs missing ({KAFKAJS}): run `make test` (node-deps)")
+    run = subprocess.run(
+        [NODE, "-e", KAFKAJS_SCRIPT, s.broker.bootstrap_for(protocol), protocol, mechanism,
+         "alice", s.password(mechanism), str(s.pki.ca_path), topic, group],
+        input=json.dumps([[k.decode(), v.decode()] for k, v in recs]), capture_output=True,
+        text=True, timeout=WAIT_S * 2, env={**os.environ, "NODE_PATH": str(KAFKAJS)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    return [(k.encode(), v.encode()) for k, v in json.loads(run.stdout.splitlines()[-1])]
+
+
 CLIENTS: dict[str, Callable] = {"confluent-kafka": roundtrip_confluent,
                                 "kafka-python": roundtrip_kafka_python,
-                                "aiokafka": roundtrip_aiokafka, "kcat": roundtrip_kcat}
+                                "aiokafka": roundtrip_aiokafka, "kcat": roundtrip_kcat,
+                                "kafkajs": roundtrip_kafkajs}
 # The whole matrix over SASL_SSL; over SASL_PLAINTEXT (the same SASL exchange without TLS)
 # librdkafka in the default run and the rest with the slow tests.
 MATRIX = [pytest.param(client, protocol, mechanism, id=f"{client}-{protocol}-{mechanism}",
