@@ -1,6 +1,8 @@
 """AddOffsetsToTxn (key 25): the group's `__consumer_offsets` partition joins the transaction, so
 its TxnOffsetCommit becomes visible (or not) with the transaction's marker. Before v2
-PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH, as Kafka's KafkaApis does."""
+PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH, as Kafka's KafkaApis does. Needs WRITE on
+the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then READ on the group
+(GROUP_AUTHORIZATION_FAILED); refused, nothing joins the transaction."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.producer import AddOffsetsToTxnResponse
 
+from broker.acl import AclOperation, ResourceType
+from broker.apis.authorize import allowed
 from broker.apis.deferred import answer_later
 from protocol.errors import ErrorCode
 
@@ -19,6 +23,11 @@ if TYPE_CHECKING:
 
 def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     req = request.body
+    if not allowed(ctx, request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                   req.transactional_id):
+        return _answer(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not allowed(ctx, request, AclOperation.READ, ResourceType.GROUP, req.group_id):
+        return _answer(ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if ctx.transactions is None:
         return _answer(ErrorCode.COORDINATOR_NOT_AVAILABLE)
 

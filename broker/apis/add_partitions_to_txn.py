@@ -6,6 +6,11 @@ transaction?). As Kafka's KafkaApis: an unknown partition fails the whole transa
 (UNKNOWN_TOPIC_OR_PARTITION for it, OPERATION_NOT_ATTEMPTED for the others), a client may not add
 an internal topic's partition itself (TOPIC_AUTHORIZATION_FAILED: offsets join through
 AddOffsetsToTxn), and before v2 PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH.
+
+Authorization as Kafka's: v4+ comes from brokers and needs CLUSTER_ACTION on the cluster (the
+whole request CLUSTER_AUTHORIZATION_FAILED); v0-v3 need WRITE on the transactional id (every
+partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and WRITE on each topic (a refused topic's
+partitions TOPIC_AUTHORIZATION_FAILED, failing the transaction as an unknown partition does).
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.producer import AddPartitionsToTxnResponse
 
+from broker.acl import AclOperation, ResourceType
+from broker.apis.authorize import allowed, cluster_allowed, filter_allowed
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -31,6 +38,10 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     req = request.body
     version = request.version
+    if version >= 4 and not cluster_allowed(ctx, request, AclOperation.CLUSTER_ACTION):
+        return AddPartitionsToTxnResponse(throttle_time_ms=0,
+                                          error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                          results_by_transaction=[])
     if version < 4:
         txns = [(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
                  req.v3_and_below_producer_epoch, False, req.v3_and_below_topics)]
@@ -38,7 +49,7 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
         txns = [(t.transactional_id, t.producer_id, t.producer_epoch, t.verify_only, t.topics)
                 for t in req.transactions]
     ids = [t[0] for t in txns]
-    pending = [_one(ctx, version, *t) for t in txns]
+    pending = [_one(ctx, request, version, *t) for t in txns]
     if all(isinstance(r, dict) for r in pending):
         return _response(version, list(zip(ids, pending, strict=True)))  # type: ignore[arg-type]
     loop = asyncio.get_running_loop()
@@ -55,13 +66,20 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     return answer
 
 
-def _one(ctx: ApiContext, version: int, tid: str, pid: int, epoch: int, verify_only: bool,
-         topics: list) -> dict[TopicPartition, ErrorCode] | asyncio.Future:
+def _one(ctx: ApiContext, request: Request, version: int, tid: str, pid: int, epoch: int,
+         verify_only: bool, topics: list) -> dict[TopicPartition, ErrorCode] | asyncio.Future:
     """One transaction's partitions and their errors (now, or once its log write commits)."""
     tps = [(t.name, p) for t in topics for p in t.partitions]
+    writable: set[str] | None = None  # None: every topic (from a broker, or ACLs off)
+    if version < 4 and ctx.authorizer.enabled:
+        if not allowed(ctx, request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+            return {tp: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for tp in tps}
+        writable = filter_allowed(ctx, request, AclOperation.WRITE, ResourceType.TOPIC,
+                                  (t for t, _p in tps if t not in INTERNAL_TOPICS))
     failed: dict[TopicPartition, ErrorCode] = {}
     for tp in tps:
-        if version < 4 and tp[0] in INTERNAL_TOPICS:
+        if version < 4 and (tp[0] in INTERNAL_TOPICS
+                            or (writable is not None and tp[0] not in writable)):
             failed[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         elif tp not in ctx.replica_manager.partitions:
             failed[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

@@ -4,7 +4,9 @@ Kafka's legacy API: the configs sent become the resource's overrides and every o
 sent is deleted. Each resource succeeds or fails alone; the checks and their error codes are
 Kafka's (the broker's preprocessing, then the controller's): a resource named twice, a key
 named twice or a null value are INVALID_REQUEST; the rest is TopicAdmin's and
-DynamicBrokerConfig's.
+DynamicBrokerConfig's. Authorization after the broker's preprocessing (a broker resource's
+change is validated first), as the controller checks it: ALTER_CONFIGS on the topic
+(TOPIC_AUTHORIZATION_FAILED) or on the cluster for a broker (CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import AlterConfigsResponse
 
+from broker.acl import AclOperation, ResourceType
+from broker.apis.authorize import MESSAGES, allowed, cluster_allowed
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -27,15 +31,19 @@ TOPIC, BROKER = 2, 4
 def handle(ctx: ApiContext, request: Request) -> AlterConfigsResponse:
     body = request.body
     return answer(AlterConfigsResponse, body.resources,
-                  lambda res: _alter(ctx, res, body.validate_only))
+                  lambda res: _alter(ctx, request, res, body.validate_only))
 
 
-def _alter(ctx: ApiContext, res: Any, validate_only: bool) -> None:
+def _alter(ctx: ApiContext, request: Request, res: Any, validate_only: bool) -> None:
     check_keys([c.name for c in res.configs], [c.name for c in res.configs if c.value is None])
     configs = {c.name: c.value for c in res.configs}
     if res.resource_type == TOPIC:
+        check_alter_allowed(ctx, request, res)
         ctx.topics.alter_topic_configs(res.resource_name, configs, validate_only)
     elif res.resource_type == BROKER:
+        if not broker_alter_allowed(ctx, request):
+            ctx.topics.dynamic.alter(res.resource_name, configs, True)  # its errors come first
+            check_alter_allowed(ctx, request, res)
         ctx.topics.dynamic.alter(res.resource_name, configs, validate_only)
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST,
@@ -62,6 +70,24 @@ def answer(response_type: Any, resources: Iterable[Any], alter: Callable[[Any], 
         out.append(item(error_code=code, error_message=message,
                         resource_type=res.resource_type, resource_name=res.resource_name))
     return response_type(throttle_time_ms=0, responses=out)
+
+
+def broker_alter_allowed(ctx: ApiContext, request: Request) -> bool:
+    return cluster_allowed(ctx, request, AclOperation.ALTER_CONFIGS)
+
+
+def check_alter_allowed(ctx: ApiContext, request: Request, res: Any) -> None:
+    """ALTER_CONFIGS on the resource, or its authorization error (ControllerApis's)."""
+    if res.resource_type == TOPIC:
+        if allowed(ctx, request, AclOperation.ALTER_CONFIGS, ResourceType.TOPIC,
+                   res.resource_name):
+            return
+        error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    elif broker_alter_allowed(ctx, request):
+        return
+    else:
+        error = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    raise KafkaError(error, MESSAGES[error])
 
 
 def check_keys(names: list[str], null_values: list[str]) -> None:

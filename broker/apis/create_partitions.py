@@ -1,4 +1,8 @@
-"""CreatePartitions (key 37): grow a topic's partition count."""
+"""CreatePartitions (key 37): grow a topic's partition count.
+
+Each topic needs ALTER (TOPIC_AUTHORIZATION_FAILED, listed first and never grown), as Kafka's
+controller checks it.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.admin import CreatePartitionsResponse
 
+from broker.acl import AclOperation, ResourceType
+from broker.apis.authorize import filter_allowed
 from broker.apis.create_topics import EXCESSIVE_BATCH, MAX_RECORDS_PER_USER_OP
 from protocol.errors import ErrorCode, KafkaError
 
@@ -18,16 +24,24 @@ Result = CreatePartitionsResponse.CreatePartitionsTopicResult
 
 def handle(ctx: ApiContext, request: Request) -> CreatePartitionsResponse:
     req = request.body
+    topics = list(req.topics)
+    refused: list[Result] = []
+    if ctx.authorizer.enabled:
+        alterable = filter_allowed(ctx, request, AclOperation.ALTER, ResourceType.TOPIC,
+                                   (t.name for t in topics))
+        refused = [Result(name=t.name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                          error_message=None) for t in topics if t.name not in alterable]
+        topics = [t for t in topics if t.name in alterable]
     new_partitions = 0
-    for t in req.topics:
+    for t in topics:
         info = ctx.topics.metadata.topics.get(t.name)
         new_partitions += max(t.count - (info.partitions if info else 0), 0)
     if new_partitions > MAX_RECORDS_PER_USER_OP:
-        return CreatePartitionsResponse(throttle_time_ms=0, results=[
+        return CreatePartitionsResponse(throttle_time_ms=0, results=refused + [
             Result(name=t.name, error_code=ErrorCode.POLICY_VIOLATION,
-                   error_message=EXCESSIVE_BATCH) for t in req.topics])
-    results = []
-    for t in req.topics:
+                   error_message=EXCESSIVE_BATCH) for t in topics])
+    results = refused
+    for t in topics:
         try:
             info = ctx.topics.metadata.topics.get(t.name)
             if info is None:

@@ -1,4 +1,10 @@
-"""CreateTopics (key 19)."""
+"""CreateTopics (key 19).
+
+Authorization as Kafka's controller (ControllerApis.createTopics): CREATE on the cluster, or
+else on each topic; a topic refused is answered TOPIC_AUTHORIZATION_FAILED after the others and
+never created. A topic created without DESCRIBE_CONFIGS on it is answered without its configs,
+partition count or replication factor, its topic_config_error_code TOPIC_AUTHORIZATION_FAILED.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import CreateTopicsResponse
 
+from broker.acl import AclOperation, ResourceType
+from broker.apis.authorize import cluster_allowed, filter_allowed
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -25,13 +33,28 @@ EXCESSIVE_BATCH = "Unable to perform excessively large batch operation."
 
 def handle(ctx: ApiContext, request: Request) -> CreateTopicsResponse:
     req = request.body
-    if _records(ctx, req.topics) > MAX_RECORDS_PER_USER_OP:
+    topics = list(req.topics)
+    refused: list[Result] = []
+    describable: set[str] | None = None  # None: every topic (the authorizer is off)
+    if ctx.authorizer.enabled:
+        names = [t.name for t in topics]
+        creatable = (set(names) if cluster_allowed(ctx, request, AclOperation.CREATE,
+                                                   log_if_denied=False) else
+                     filter_allowed(ctx, request, AclOperation.CREATE, ResourceType.TOPIC, names))
+        describable = filter_allowed(ctx, request, AclOperation.DESCRIBE_CONFIGS,
+                                     ResourceType.TOPIC, names, log_if_denied=False)
+        refused = [Result(name=n, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                          error_message="Authorization failed.", num_partitions=-1,
+                          replication_factor=-1, configs=None)
+                   for n in dict.fromkeys(names) if n not in creatable]
+        topics = [t for t in topics if t.name in creatable]
+    if _records(ctx, topics) > MAX_RECORDS_PER_USER_OP:
         return CreateTopicsResponse(throttle_time_ms=0, topics=[
             Result(name=t.name, error_code=ErrorCode.POLICY_VIOLATION,
                    error_message=EXCESSIVE_BATCH, num_partitions=-1, replication_factor=-1,
-                   configs=None) for t in req.topics])
+                   configs=None) for t in topics] + refused)
     results = []
-    for t in req.topics:
+    for t in topics:
         configs = {c.name: c.value for c in t.configs}
         try:
             partitions = _partition_count(ctx, t)
@@ -44,6 +67,12 @@ def handle(ctx: ApiContext, request: Request) -> CreateTopicsResponse:
             results.append(Result(name=t.name, error_code=exc.error_code, error_message=str(exc),
                                   num_partitions=-1, replication_factor=-1, configs=None))
             continue
+        if describable is not None and t.name not in describable:
+            results.append(Result(name=t.name, topic_id=info.topic_id if info else None,
+                                  error_code=0, error_message=None,
+                                  topic_config_error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                  num_partitions=-1, replication_factor=-1, configs=[]))
+            continue
         effective = ctx.topics.topic_config(info)
         results.append(Result(
             name=t.name, topic_id=info.topic_id if info else None, error_code=0,
@@ -52,7 +81,7 @@ def handle(ctx: ApiContext, request: Request) -> CreateTopicsResponse:
                                   config_source=1 if k in configs else 5, is_sensitive=False)
                      for k, v in effective.items()],
         ))
-    return CreateTopicsResponse(throttle_time_ms=0, topics=results)
+    return CreateTopicsResponse(throttle_time_ms=0, topics=results + refused)
 
 
 def _records(ctx: ApiContext, topics: Any) -> int:

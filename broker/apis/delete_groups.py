@@ -1,4 +1,8 @@
-"""DeleteGroups (key 42): only empty groups; their offsets and metadata get tombstones."""
+"""DeleteGroups (key 42): only empty groups; their offsets and metadata get tombstones.
+
+Each group needs DELETE (GROUP_AUTHORIZATION_FAILED after the others, nothing deleted); a
+group named twice is answered once, as Kafka answers it.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.admin import DeleteGroupsResponse
 
+from broker.acl import AclOperation, ResourceType
+from broker.apis.authorize import filter_allowed
 from broker.apis.deferred import answer_later
 from protocol.errors import ErrorCode
 
@@ -15,10 +21,19 @@ if TYPE_CHECKING:
 
 
 def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
-    result = ctx.groups.delete_groups(list(request.body.groups_names))
+    names = list(request.body.groups_names)
+    denied: dict[str, ErrorCode] = {}
+    if ctx.authorizer.enabled:
+        names = list(dict.fromkeys(names))
+        deletable = filter_allowed(ctx, request, AclOperation.DELETE, ResourceType.GROUP, names)
+        denied = {g: ErrorCode.GROUP_AUTHORIZATION_FAILED for g in names if g not in deletable}
+        names = [g for g in names if g in deletable]
+        if not names:
+            return _response(denied)
+    result = ctx.groups.delete_groups(names)
     if isinstance(result, dict):
-        return _response(result)
-    return answer_later(result, _response)
+        return _response({**result, **denied})
+    return answer_later(result, lambda r: _response({**r, **denied}))
 
 
 def _response(results: dict[str, ErrorCode]) -> DeleteGroupsResponse:

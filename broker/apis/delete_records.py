@@ -4,7 +4,8 @@ Offset -1 means the high watermark. Each partition answers its new low watermark
 UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION (the internal topics are never trimmed by
 a client), POLICY_VIOLATION (a log without the delete cleanup policy), OFFSET_OUT_OF_RANGE
 (below 0 or past the high watermark) or KAFKA_STORAGE_ERROR; -1 as the low watermark with an
-error, as Kafka's INVALID_LOW_WATERMARK.
+error, as Kafka's INVALID_LOW_WATERMARK. Each topic needs DELETE, checked first
+(TOPIC_AUTHORIZATION_FAILED, nothing moved).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.admin import DeleteRecordsResponse
 
+from broker.acl import AclOperation, ResourceType
 from broker.apis.add_partitions_to_txn import INTERNAL_TOPICS
+from broker.apis.authorize import filter_allowed
 from broker.replica_manager import DeleteRecordsResult, TopicPartition
 from protocol.errors import ErrorCode
 
@@ -32,9 +35,15 @@ def handle(ctx: ApiContext, request: Request) -> DeleteRecordsResponse:
     for t in req.topics:
         for p in t.partitions:
             offsets[(t.name, p.partition_index)] = p.offset
-    refused = {tp: DeleteRecordsResult(ErrorCode.INVALID_TOPIC_EXCEPTION)
-               for tp in offsets
-               if tp[0] in INTERNAL_TOPICS and tp in ctx.replica_manager.partitions}
+    refused: dict[TopicPartition, DeleteRecordsResult] = {}
+    if ctx.authorizer.enabled:
+        deletable = filter_allowed(ctx, request, AclOperation.DELETE, ResourceType.TOPIC,
+                                   (t.name for t in req.topics))
+        refused = {tp: DeleteRecordsResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                   for tp in offsets if tp[0] not in deletable}
+    refused.update({tp: DeleteRecordsResult(ErrorCode.INVALID_TOPIC_EXCEPTION)
+                    for tp in offsets if tp not in refused
+                    and tp[0] in INTERNAL_TOPICS and tp in ctx.replica_manager.partitions})
     results = ctx.replica_manager.delete_records(
         {tp: o for tp, o in offsets.items() if tp not in refused}, req.timeout_ms)
     results.update(refused)

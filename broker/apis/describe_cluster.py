@@ -1,4 +1,9 @@
-"""DescribeCluster (key 60): this broker is the whole cluster and its controller."""
+"""DescribeCluster (key 60): this broker is the whole cluster and its controller.
+
+The broker answered is this listener's advertised endpoint. The cluster's authorized
+operations, when asked, are the principal's, or none at all (0) without DESCRIBE on the
+cluster, as Kafka's AuthHelper answers them.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.admin import DescribeClusterResponse
 
-from broker.acl import ResourceType, authorized_operations
+from broker.apis.authorize import cluster_ops
 
 if TYPE_CHECKING:
     from broker.context import ApiContext
@@ -14,12 +19,12 @@ if TYPE_CHECKING:
 
 
 def handle(ctx: ApiContext, request: Request) -> DescribeClusterResponse:
-    host, port = (ctx.node.host, ctx.node.port)
+    host, port = ctx.node.address(request.connection.session.listener)
     node = DescribeClusterResponse.DescribeClusterBroker(broker_id=ctx.node.node_id, host=host,
                                                          port=port, rack=None, is_fenced=False)
     return DescribeClusterResponse(
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1,
         cluster_id=ctx.topics.metadata.cluster_id, controller_id=ctx.node.node_id, brokers=[node],
-        authorized_operations=authorized_operations(
-            ResourceType.CLUSTER, request.body.include_cluster_authorized_operations),
+        authorized_operations=cluster_ops(
+            ctx, request, request.body.include_cluster_authorized_operations),
     )

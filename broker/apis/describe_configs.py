@@ -4,7 +4,10 @@ As Kafka's ConfigHelper: a value's source is that of its first synonym in order 
 (the topic's own override, this broker's dynamic config, the cluster default, the static
 config, the default), and v1+ lists those synonyms when asked. A topic key's synonyms are its
 broker key's (retention.ms -> log.retention.ms). Values are written as Kafka writes them back
-(lists with commas, doubles as Java's Double.toString).
+(lists with commas, doubles as Java's Double.toString). A topic needs DESCRIBE_CONFIGS on it
+(TOPIC_AUTHORIZATION_FAILED), a broker DESCRIBE_CONFIGS on the cluster
+(CLUSTER_AUTHORIZATION_FAILED); refused resources are answered after the others, as Kafka's
+ConfigHelper answers them.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import DescribeConfigsResponse
 
+from broker.acl import AclOperation, ResourceType
+from broker.apis.authorize import MESSAGES, allowed, cluster_allowed
 from broker.config import KEYS, value_text
 from broker.dynamic_config import DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG
 from broker.metadata import TOPIC_CONFIG_DEFAULTS, validate_topic_name
@@ -52,12 +57,27 @@ def handle(ctx: ApiContext, request: Request) -> DescribeConfigsResponse:
     synonyms = bool(getattr(body, "include_synonyms", False))
     docs = bool(getattr(body, "include_documentation", False))
     results = []
+    refused = []
     for res in body.resources:
+        denied = _denied(ctx, request, res) if ctx.authorizer.enabled else None
+        if denied is not None:
+            refused.append(_error(res, denied, MESSAGES[denied]))
+            continue
         try:
             results.append(_describe(ctx, res, synonyms, docs))
         except KafkaError as exc:
             results.append(_error(res, exc.error_code, str(exc)))
-    return DescribeConfigsResponse(throttle_time_ms=0, results=results)
+    return DescribeConfigsResponse(throttle_time_ms=0, results=results + refused)
+
+
+def _denied(ctx: ApiContext, request: Request, res: Any) -> ErrorCode | None:
+    op = AclOperation.DESCRIBE_CONFIGS
+    if res.resource_type == TOPIC and not allowed(ctx, request, op, ResourceType.TOPIC,
+                                                  res.resource_name):
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    if res.resource_type == BROKER and not cluster_allowed(ctx, request, op):
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    return None
 
 
 def _describe(ctx: ApiContext, res: Any, synonyms: bool, docs: bool) -> Result:

@@ -1,4 +1,8 @@
-"""DescribeGroups (key 15): state, protocol and members; an unknown group is Dead."""
+"""DescribeGroups (key 15): state, protocol and members; an unknown group is Dead.
+
+Each group needs DESCRIBE (GROUP_AUTHORIZATION_FAILED, listed first as Kafka lists them);
+its authorized operations (v3+, when asked) are the principal's.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,10 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.admin import DescribeGroupsResponse
 
-from broker.acl import ResourceType, authorized_operations
+from broker.acl import AclOperation, ResourceType
+from broker.apis.authorize import allowed, authorized_ops
 from broker.group.metadata import GroupState
+from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from broker.context import ApiContext
@@ -19,9 +25,21 @@ Member = Described.DescribedGroupMember
 
 def handle(ctx: ApiContext, request: Request) -> DescribeGroupsResponse:
     groups = []
-    ops = authorized_operations(ResourceType.GROUP,
-                                getattr(request.body, "include_authorized_operations", False))
-    for gid in request.body.groups:
+    asked = request.version >= 3 and bool(
+        getattr(request.body, "include_authorized_operations", False))
+    wanted = list(request.body.groups)
+    if ctx.authorizer.enabled:
+        described = []
+        for gid in wanted:
+            if allowed(ctx, request, AclOperation.DESCRIBE, ResourceType.GROUP, gid):
+                described.append(gid)
+            else:
+                groups.append(Described(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                                        group_id=gid, group_state="", protocol_type="",
+                                        protocol_data="", members=[]))
+        wanted = described
+    for gid in wanted:
+        ops = authorized_ops(ctx, request, ResourceType.GROUP, gid, asked)
         g = ctx.groups.groups.get(gid)
         if g is None:
             groups.append(Described(error_code=0, group_id=gid, group_state="Dead",

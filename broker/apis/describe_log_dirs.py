@@ -5,7 +5,8 @@ in ``log.dirs`` order; an offline one with KAFKA_STORAGE_ERROR and nothing else.
 size is its segments' bytes; its offset lag is how far its high watermark is ahead of its log
 end (never, on the leader: 0). v4 adds the volume's total and usable bytes (usable: what this
 process may still write, as Java's FileStore.getUsableSpace). A null topic list asks for
-every partition; named partitions this broker does not hold are left out.
+every partition; named partitions this broker does not hold are left out. Needs DESCRIBE on
+the cluster: without it no dir is answered and the error (v3+) is CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import TYPE_CHECKING
 import structlog
 from kafka.protocol.admin import DescribeLogDirsResponse
 
+from broker.acl import AclOperation
+from broker.apis.authorize import cluster_allowed
 from broker.log.log import Log
 from broker.replica_manager import ReplicaManager, TopicPartition
 from protocol.errors import ErrorCode
@@ -38,6 +41,10 @@ INVALID_OFFSET_LAG = -1
 
 def handle(ctx: ApiContext, request: Request) -> DescribeLogDirsResponse:
     req = request.body
+    if not cluster_allowed(ctx, request, AclOperation.DESCRIBE):
+        return DescribeLogDirsResponse(throttle_time_ms=0,
+                                       error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                       results=[])
     log_manager = ctx.topics.log_manager
     wanted: set[TopicPartition] | None = None
     if req.topics is not None:

@@ -3,7 +3,9 @@ list them (kafka-transactions.sh describe-producers, Admin.describeProducers).
 
 Each active producer's epoch, last sequence and timestamp, the coordinator epoch of its last
 marker and the first offset of its open transaction (-1 when none), read from the partition's
-producer state; an unknown or offline partition answers Kafka's error for it.
+producer state; an unknown or offline partition answers Kafka's error for it. Each topic needs
+READ (every partition TOPIC_AUTHORIZATION_FAILED), checked after the name's validity and
+before its existence, as Kafka checks.
 """
 
 from __future__ import annotations
@@ -11,6 +13,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kafka.protocol.admin import DescribeProducersResponse
+
+from broker.acl import AclOperation, ResourceType
+from broker.apis.authorize import MESSAGES, allowed
+from broker.metadata import validate_topic_name
+from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from broker.context import ApiContext
@@ -25,6 +32,14 @@ def handle(ctx: ApiContext, request: Request) -> DescribeProducersResponse:
     topics = []
     for t in request.body.topics:
         partitions = []
+        if ctx.authorizer.enabled and _valid(t.name) and not allowed(
+                ctx, request, AclOperation.READ, ResourceType.TOPIC, t.name):
+            denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            topics.append(TopicResponse(name=t.name, partitions=[
+                PartitionResponse(partition_index=index, error_code=denied,
+                                  error_message=MESSAGES[denied], active_producers=[])
+                for index in t.partition_indexes]))
+            continue
         for index in t.partition_indexes:
             partition, error = ctx.replica_manager.partition_or_error((t.name, index))
             if partition is None:
@@ -42,3 +57,12 @@ def handle(ctx: ApiContext, request: Request) -> DescribeProducersResponse:
                                                 error_message=None, active_producers=producers))
         topics.append(TopicResponse(name=t.name, partitions=partitions))
     return DescribeProducersResponse(throttle_time_ms=0, topics=topics)
+
+
+def _valid(name: str) -> bool:
+    """A legal topic name: an illegal one is answered its own error, not a refusal."""
+    try:
+        validate_topic_name(name)
+    except KafkaError:
+        return False
+    return True

@@ -8,8 +8,10 @@ answered; ``next_cursor`` then says where the next page starts, possibly at a to
 not exist. A named unknown topic answers UNKNOWN_TOPIC_OR_PARTITION (INVALID_TOPIC_EXCEPTION
 for an illegal name); a cursor whose topic is not among the named ones, or whose partition is
 negative, makes the whole request INVALID_REQUEST. Partitions read as Metadata reads them
-(this broker leads each, alone in its ISR); every topic carries its authorized operations,
-which this version always answers.
+(this broker leads each, alone in its ISR); every topic carries the principal's authorized
+operations, which this version always answers. With ACLs on, only topics the principal may
+DESCRIBE are paged; a named one it may not answers TOPIC_AUTHORIZATION_FAILED after the page,
+without its id or operations, as Kafka's handler does.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from kafka.protocol.admin import DescribeTopicPartitionsResponse
 
-from broker.acl import ResourceType, authorized_operations
+from broker.acl import AclOperation, ResourceType
 from broker.apis.add_partitions_to_txn import INTERNAL_TOPICS
+from broker.apis.authorize import allowed, authorized_ops, bitfield
 from broker.metadata import TopicInfo, validate_topic_name
 from protocol.errors import ErrorCode, KafkaError
 
@@ -53,7 +56,19 @@ def handle(ctx: ApiContext, request: Request) -> DescribeTopicPartitionsResponse
     if cursor is not None and cursor.partition_index < 0:
         return _refused(req, "the cursor partition must not be negative")
     limit = max(min(MAX_REQUEST_PARTITION_SIZE_LIMIT, req.response_partition_limit), 1)
-    ops = _topic_operations()
+    refused: list[Topic] = []
+    if ctx.authorizer.enabled:
+        described = {n for n in names
+                     if allowed(ctx, request, AclOperation.DESCRIBE, ResourceType.TOPIC, n)}
+        if not fetch_all:
+            refused = [Topic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=n,
+                             topic_id=None, is_internal=False, partitions=[])
+                       for n in sorted(names - described)]
+        names = described
+
+    def ops(name: str) -> int:
+        return bitfield(authorized_ops(ctx, request, ResourceType.TOPIC, name, True))
+
     topics: list[Topic] = []
     next_cursor: Cursor | None = None
     remaining = limit
@@ -65,16 +80,16 @@ def handle(ctx: ApiContext, request: Request) -> DescribeTopicPartitionsResponse
         info = store.topics.get(name)
         if info is None:
             if not fetch_all:
-                topics.append(_unknown(name, ops))
+                topics.append(_unknown(name, ops(name)))
             continue
         start = cursor.partition_index if cursor is not None and name == after else 0
         end = min(info.partitions, start + remaining)
-        topics.append(_describe(ctx, info, range(start, end), ops))
+        topics.append(_describe(ctx, info, range(start, end), ops(name)))
         if end < info.partitions:
             next_cursor = Cursor(topic_name=name, partition_index=end)
             break
         remaining -= max(end - start, 0)
-    return DescribeTopicPartitionsResponse(throttle_time_ms=0, topics=topics,
+    return DescribeTopicPartitionsResponse(throttle_time_ms=0, topics=topics + refused,
                                            next_cursor=next_cursor)
 
 
@@ -102,12 +117,6 @@ def _unknown(name: str, ops: int) -> Topic:
         error = ErrorCode(exc.error_code)
     return Topic(error_code=error, name=name, topic_id=None, is_internal=name in INTERNAL_TOPICS,
                  partitions=[], topic_authorized_operations=ops)
-
-
-def _topic_operations() -> int:
-    """The topic operations as this API's plain int32 bitfield (one bit per operation code)."""
-    codes = authorized_operations(ResourceType.TOPIC, asked=True) or set()
-    return sum(1 << code for code in codes)
 
 
 def _refused(req: Any, reason: str) -> DescribeTopicPartitionsResponse:

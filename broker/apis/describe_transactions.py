@@ -2,6 +2,8 @@
 
 As Kafka: an unknown (or expiring) id is TRANSACTIONAL_ID_NOT_FOUND, an empty one
 INVALID_REQUEST; the partitions are those still waiting for a marker while the transaction ends.
+Each id needs DESCRIBE (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), and only the topics the principal
+may DESCRIBE are listed, as Kafka answers.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.admin import DescribeTransactionsResponse
 
+from broker.acl import AclOperation, ResourceType
+from broker.apis.authorize import allowed, filter_allowed
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -22,7 +26,13 @@ Topic = State.TopicData
 
 def handle(ctx: ApiContext, request: Request) -> DescribeTransactionsResponse:
     states = []
+    on = ctx.authorizer.enabled
     for tid in request.body.transactional_ids:
+        if on and not allowed(ctx, request, AclOperation.DESCRIBE,
+                              ResourceType.TRANSACTIONAL_ID, tid):
+            states.append(_state(tid, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "", 0, 0,
+                                 0, 0, {}))
+            continue
         if ctx.transactions is None:
             states.append(_state(tid, ErrorCode.COORDINATOR_NOT_AVAILABLE, "", 0, 0, 0, 0, {}))
             continue
@@ -30,6 +40,10 @@ def handle(ctx: ApiContext, request: Request) -> DescribeTransactionsResponse:
         topics: dict[str, list[int]] = {}
         for topic, index in d.partitions:
             topics.setdefault(topic, []).append(index)
+        if on and topics:
+            described = filter_allowed(ctx, request, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                       topics)
+            topics = {t: ps for t, ps in topics.items() if t in described}
         states.append(_state(tid, d.error, d.state, d.timeout_ms, d.start_time_ms,
                              d.producer_id, d.producer_epoch, topics))
     return DescribeTransactionsResponse(throttle_time_ms=0, transaction_states=states)

@@ -4,6 +4,7 @@ Answered once PrepareCommit or PrepareAbort is durable in `__transaction_state`;
 written after the answer (the coordinator completes the transaction on its own). Served v0-v4:
 v5 means transaction version 2 (an epoch bump per transaction), which this broker does not
 advertise. Before v2 PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH, as Kafka does.
+Needs WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, nothing ended).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.producer import EndTxnResponse
 
+from broker.acl import AclOperation, ResourceType
+from broker.apis.authorize import allowed
 from broker.apis.deferred import answer_later
 from protocol.errors import ErrorCode
 
@@ -23,6 +26,9 @@ if TYPE_CHECKING:
 
 def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     req = request.body
+    if not allowed(ctx, request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                   req.transactional_id):
+        return _answer(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if ctx.transactions is None:
         return _answer(ErrorCode.COORDINATOR_NOT_AVAILABLE)
 

@@ -3,7 +3,9 @@
 This module owns the request's view: KIP-227 fetch sessions: an incremental request names
 only changed partitions and its response carries only partitions with news. A read_committed
 fetch (isolation_level 1) reads up to the last stable offset and gets the aborted
-transactions of what it read (null for read_uncommitted, as Kafka answers).
+transactions of what it read (null for read_uncommitted, as Kafka answers). With ACLs on,
+each partition's topic needs READ, checked on every fetch of a session as Kafka does: a denied
+partition answers TOPIC_AUTHORIZATION_FAILED and is never read nor waited on.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.consumer import FetchResponse
 
+from broker.acl import AclOperation, ResourceType
+from broker.apis.authorize import filter_allowed
 from broker.apis.deferred import answer_later
 from broker.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, CachedPartition, FetchSession
 from broker.replica_manager import FetchResult, PartitionFetch
@@ -34,8 +38,16 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
         return FetchResponse(throttle_time_ms=0, error_code=error, session_id=0, responses=[])
     incremental = session is not None and req.session_epoch > INITIAL_EPOCH
     session_id = session.session_id if session is not None else 0
+    denied: list[int] = []
+    if ctx.authorizer.enabled:
+        readable = filter_allowed(ctx, request, AclOperation.READ, ResourceType.TOPIC,
+                                  (w.topic for w in wanted))
+        denied = [i for i, w in enumerate(wanted)
+                  if w.topic is not None and w.topic not in readable]
+    skip = set(denied)
     fetches = [PartitionFetch((w.topic, w.index) if w.topic is not None else None,
-                              w.fetch_offset, w.max_bytes) for w in wanted]
+                              w.fetch_offset, w.max_bytes)
+               for i, w in enumerate(wanted) if i not in skip]
     # Sized to what the connection may still hold: a client that does not read its responses
     # gets empty ones (as a quota-throttled fetch does) instead of the broker's memory.
     allowance = request.connection.response_allowance
@@ -44,6 +56,8 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
                                                  isolation_level=req.isolation_level)
 
     def respond(res: list[FetchResult]) -> FetchResponse:
+        if denied:
+            res = _with_denied(res, denied)
         return _response(wanted, res, version, session_id, incremental)
 
     if isinstance(results, list):
@@ -97,6 +111,15 @@ def _requested(ctx: ApiContext, req: Any, version: int) -> dict[Any, CachedParti
                 p.partition_max_bytes,
             )
     return out
+
+
+def _with_denied(results: list[FetchResult], denied: list[int]) -> list[FetchResult]:
+    """The read partitions' results with TOPIC_AUTHORIZATION_FAILED put back in the places
+    (ascending) of the partitions that were not read."""
+    merged = list(results)
+    for i in denied:
+        merged.insert(i, FetchResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+    return merged
 
 
 def _aborted(r: FetchResult) -> list[AbortedTransaction] | None:

@@ -2,7 +2,8 @@
 
 The operations turn the resource's current overrides into new ones (APPEND/SUBTRACT only on
 LIST keys, starting from the key's default when it has no override, as Kafka's controller
-does), then the new set goes through the same checks and the same apply as AlterConfigs.
+does), then the new set goes through the same checks, the same authorization (ALTER_CONFIGS
+on the topic or, for a broker, on the cluster) and the same apply as AlterConfigs.
 """
 
 from __future__ import annotations
@@ -12,7 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import IncrementalAlterConfigsResponse
 
-from broker.apis.alter_configs import BROKER, TOPIC, answer, check_keys
+from broker.apis.alter_configs import (
+    BROKER,
+    TOPIC,
+    answer,
+    broker_alter_allowed,
+    check_alter_allowed,
+    check_keys,
+)
 from broker.config import KEYS
 from broker.dynamic_config import is_list_key
 from broker.metadata import TOPIC_CONFIG_DEFAULTS, TOPIC_LIST_KEYS
@@ -29,14 +37,15 @@ _OP_NAMES = {APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
 def handle(ctx: ApiContext, request: Request) -> IncrementalAlterConfigsResponse:
     body = request.body
     return answer(IncrementalAlterConfigsResponse, body.resources,
-                  lambda res: _alter(ctx, res, body.validate_only))
+                  lambda res: _alter(ctx, request, res, body.validate_only))
 
 
-def _alter(ctx: ApiContext, res: Any, validate_only: bool) -> None:
+def _alter(ctx: ApiContext, request: Request, res: Any, validate_only: bool) -> None:
     check_keys([c.name for c in res.configs],
                [c.name for c in res.configs if c.value is None and c.config_operation != DELETE])
     ops = [(c.name, c.config_operation, c.value) for c in res.configs]
     if res.resource_type == TOPIC:
+        check_alter_allowed(ctx, request, res)
         current = ctx.topics.topic_overrides(res.resource_name)
         new = apply_ops(current, ops, TOPIC_LIST_KEYS.__contains__, _topic_default)
         ctx.topics.alter_topic_configs(res.resource_name, new, validate_only)
@@ -44,6 +53,9 @@ def _alter(ctx: ApiContext, res: Any, validate_only: bool) -> None:
         dynamic = ctx.topics.dynamic
         current = dynamic.overrides(res.resource_name)
         new = apply_ops(current, ops, _broker_list_key, lambda key: KEYS[key].default)
+        if not broker_alter_allowed(ctx, request):
+            dynamic.alter(res.resource_name, new, True)  # the preprocessing's errors come first
+            check_alter_allowed(ctx, request, res)
         dynamic.alter(res.resource_name, new, validate_only)
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST,

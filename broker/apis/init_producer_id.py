@@ -5,6 +5,10 @@ current id and epoch to have the epoch bumped, KIP-360, which resets its sequenc
 one, the transaction coordinator answers: the id's producer id at its next epoch, which fences
 every older instance. Before v4 a client does not know PRODUCER_FENCED and is told
 INVALID_PRODUCER_EPOCH instead, as Kafka's KafkaApis does.
+
+Authorization, checked first: a transactional producer needs WRITE on its transactional id
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an idempotent one IDEMPOTENT_WRITE on the cluster or
+WRITE on some topic (CLUSTER_AUTHORIZATION_FAILED), as Kafka 3+ allows it.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.producer import InitProducerIdResponse
 
+from broker.acl import AclOperation, ResourceType
+from broker.apis.authorize import allowed, allowed_any, cluster_allowed
 from broker.apis.deferred import answer_later
 from protocol.errors import ErrorCode
 
@@ -31,6 +37,10 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     req = request.body
     pid = getattr(req, "producer_id", NO_PRODUCER_ID)
     epoch = getattr(req, "producer_epoch", NO_PRODUCER_EPOCH)
+    if ctx.authorizer.enabled:
+        denied = _denied(ctx, request, req.transactional_id)
+        if denied is not None:
+            return _answer(denied, NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
     if req.transactional_id is None:
         if pid >= 0 and 0 <= epoch < _MAX_EPOCH - 1:
             return _answer(ErrorCode.NONE, pid, epoch + 1)
@@ -52,6 +62,18 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     if isinstance(result, asyncio.Future):
         return answer_later(result, build)
     return build(result)
+
+
+def _denied(ctx: ApiContext, request: Request, tid: str | None) -> ErrorCode | None:
+    if tid is not None:
+        if allowed(ctx, request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+            return None
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    if cluster_allowed(ctx, request, AclOperation.IDEMPOTENT_WRITE,
+                       log_if_denied=False) or allowed_any(
+            ctx, request, AclOperation.WRITE, ResourceType.TOPIC):
+        return None
+    return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
 
 
 def _answer(error: ErrorCode, pid: int, epoch: int) -> InitProducerIdResponse:

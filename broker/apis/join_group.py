@@ -1,4 +1,7 @@
-"""JoinGroup (key 11): join or rejoin a group; answered when the rebalance's join phase ends."""
+"""JoinGroup (key 11): join or rejoin a group; answered when the rebalance's join phase ends.
+
+Needs READ on the group (GROUP_AUTHORIZATION_FAILED, Kafka's error response, nothing joined).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +9,11 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.consumer import JoinGroupResponse
 
+from broker.acl import AclOperation, ResourceType
+from broker.apis.authorize import allowed
 from broker.apis.deferred import answer_later
 from broker.group.metadata import JoinResult
+from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from broker.context import ApiContext
@@ -19,6 +25,9 @@ Member = JoinGroupResponse.JoinGroupResponseMember
 def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     req = request.body
     version = request.version
+    if not allowed(ctx, request, AclOperation.READ, ResourceType.GROUP, req.group_id):
+        return _response(JoinResult(ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                                    protocol_name="" if version < 7 else None))
     result = ctx.groups.join_group(
         req.group_id, req.member_id, getattr(req, "group_instance_id", None),
         require_known_id=version >= 4, client_id=request.header.client_id or "",

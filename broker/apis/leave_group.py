@@ -1,10 +1,17 @@
-"""LeaveGroup (key 13): one member (v0-v2) or a batch of members (v3+) leave at once."""
+"""LeaveGroup (key 13): one member (v0-v2) or a batch of members (v3+) leave at once.
+
+Needs READ on the group (GROUP_AUTHORIZATION_FAILED, no member removed).
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from kafka.protocol.consumer import LeaveGroupResponse
+
+from broker.acl import AclOperation, ResourceType
+from broker.apis.authorize import allowed
+from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from broker.context import ApiContext
@@ -13,6 +20,9 @@ if TYPE_CHECKING:
 
 def handle(ctx: ApiContext, request: Request) -> LeaveGroupResponse:
     req = request.body
+    if not allowed(ctx, request, AclOperation.READ, ResourceType.GROUP, req.group_id):
+        return LeaveGroupResponse(throttle_time_ms=0,
+                                  error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, members=[])
     if request.version >= 3:
         members = [(m.member_id, m.group_instance_id) for m in req.members]
     else:

@@ -2,6 +2,8 @@
 
 What a consumer may read ends at the high watermark, or for read_committed (isolation_level 1,
 v2+) at the last stable offset: "latest" answers that bound and no lookup answers beyond it.
+With ACLs on each topic needs DESCRIBE; a denied topic's partitions answer
+TOPIC_AUTHORIZATION_FAILED after the others, as Kafka lists them.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.consumer import ListOffsetsResponse
 
+from broker.acl import AclOperation, ResourceType
+from broker.apis.authorize import filter_allowed
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -26,7 +30,14 @@ LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 def handle(ctx: ApiContext, request: Request) -> ListOffsetsResponse:
     read_committed = getattr(request.body, "isolation_level", 0) == 1
     topics = []
-    for t in request.body.topics:
+    requested = request.body.topics
+    denied = []
+    if ctx.authorizer.enabled:
+        described = filter_allowed(ctx, request, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                   (t.name for t in requested))
+        denied = [t for t in requested if t.name not in described]
+        requested = [t for t in requested if t.name in described]
+    for t in requested:
         parts = []
         for p in t.partitions:
             partition, error = ctx.replica_manager.partition_or_error((t.name, p.partition_index))
@@ -43,6 +54,11 @@ def handle(ctx: ApiContext, request: Request) -> ListOffsetsResponse:
             parts.append(PartitionResponse(partition_index=p.partition_index, error_code=0,
                                            timestamp=ts, offset=offset, leader_epoch=0))
         topics.append(TopicResponse(name=t.name, partitions=parts))
+    for t in denied:
+        topics.append(TopicResponse(name=t.name, partitions=[
+            PartitionResponse(partition_index=p.partition_index,
+                              error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, timestamp=-1,
+                              offset=-1, leader_epoch=-1) for p in t.partitions]))
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 
 

@@ -1,6 +1,7 @@
 """ListTransactions (key 66): the transactional ids this coordinator knows, filtered by state
 names and producer ids (every filter given must match; unknown state names are echoed back),
-and from v1 by duration: only transactions running longer than ``duration_filter`` ms."""
+and from v1 by duration: only transactions running longer than ``duration_filter`` ms. Only the
+ids the principal may DESCRIBE are listed (no error), as Kafka answers."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.admin import ListTransactionsResponse
 
+from broker.acl import AclOperation, ResourceType
+from broker.apis.authorize import allowed
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -25,8 +28,12 @@ def handle(ctx: ApiContext, request: Request) -> ListTransactionsResponse:
                                         unknown_state_filters=[], transaction_states=[])
     result = ctx.transactions.list_transactions(
         req.producer_id_filters, req.state_filters, getattr(req, "duration_filter", -1))
+    listed = result.transactions
+    if ctx.authorizer.enabled:
+        listed = [t for t in listed if allowed(ctx, request, AclOperation.DESCRIBE,
+                                               ResourceType.TRANSACTIONAL_ID, t.transactional_id)]
     return ListTransactionsResponse(
         throttle_time_ms=0, error_code=result.error,
         unknown_state_filters=result.unknown_state_filters,
         transaction_states=[State(transactional_id=t.transactional_id, producer_id=t.producer_id,
-                                  transaction_state=t.state) for t in result.transactions])
+                                  transaction_state=t.state) for t in listed])

@@ -1,4 +1,8 @@
-"""OffsetCommit (key 8): committed offsets, answered once written to __consumer_offsets."""
+"""OffsetCommit (key 8): committed offsets, answered once written to __consumer_offsets.
+
+Needs READ on the group (every partition GROUP_AUTHORIZATION_FAILED, nothing committed), then
+READ on each topic (its partitions TOPIC_AUTHORIZATION_FAILED, the others committed).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.consumer import OffsetCommitResponse
 
+from broker.acl import AclOperation, ResourceType
+from broker.apis.authorize import allowed, filter_allowed
 from broker.apis.deferred import answer_later
 from broker.group.metadata import OffsetAndMetadata
 from broker.wallclock import now_ms
@@ -23,12 +29,31 @@ TopicPartition = tuple[str, int]
 def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     req = request.body
     offsets = requested_offsets(req)
+    denied: dict[TopicPartition, ErrorCode] = {}
+    if ctx.authorizer.enabled:
+        if not allowed(ctx, request, AclOperation.READ, ResourceType.GROUP, req.group_id):
+            return _response({tp: ErrorCode.GROUP_AUTHORIZATION_FAILED for tp in offsets})
+        offsets, denied = split_readable(ctx, request, offsets)
+        if not offsets:
+            return _response(denied)
     result = ctx.groups.commit_offsets(
         req.group_id, req.member_id, getattr(req, "group_instance_id", None),
         req.generation_id_or_member_epoch, offsets)
     if isinstance(result, dict):
-        return _response(result)
-    return answer_later(result, _response)
+        return _response({**result, **denied})
+    return answer_later(result, lambda r: _response({**r, **denied}))
+
+
+def split_readable(ctx: ApiContext, request: Request, offsets: dict[TopicPartition, Any]
+                   ) -> tuple[dict[TopicPartition, Any], dict[TopicPartition, ErrorCode]]:
+    """The offsets whose topic the principal may READ, and TOPIC_AUTHORIZATION_FAILED for the
+    rest (Kafka's filterByAuthorized over the request's topics)."""
+    readable = filter_allowed(ctx, request, AclOperation.READ, ResourceType.TOPIC,
+                              (t for t, _p in offsets))
+    denied = {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED for tp in offsets if tp[0] not in readable}
+    if not denied:
+        return offsets, denied
+    return {tp: o for tp, o in offsets.items() if tp not in denied}, denied
 
 
 def requested_offsets(req: Any) -> dict[TopicPartition, OffsetAndMetadata]:

@@ -1,4 +1,8 @@
-"""OffsetDelete (key 47): drop a group's committed offsets for topics it no longer reads."""
+"""OffsetDelete (key 47): drop a group's committed offsets for topics it no longer reads.
+
+Needs DELETE on the group (GROUP_AUTHORIZATION_FAILED, nothing deleted), then READ on each
+topic (its partitions TOPIC_AUTHORIZATION_FAILED, the others deleted), as Kafka checks.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.consumer import OffsetDeleteResponse
 
+from broker.acl import AclOperation, ResourceType
+from broker.apis.authorize import allowed, filter_allowed
 from broker.apis.deferred import answer_later
 from protocol.errors import ErrorCode
 
@@ -21,10 +27,26 @@ Result = tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]
 def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     req = request.body
     wanted = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
+    denied: dict[tuple[str, int], ErrorCode] = {}
+    if ctx.authorizer.enabled:
+        if not allowed(ctx, request, AclOperation.DELETE, ResourceType.GROUP, req.group_id):
+            return _response((ErrorCode.GROUP_AUTHORIZATION_FAILED, {}))
+        readable = filter_allowed(ctx, request, AclOperation.READ, ResourceType.TOPIC,
+                                  (t.name for t in req.topics))
+        denied = {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED for tp in wanted
+                  if tp[0] not in readable}
+        wanted = [tp for tp in wanted if tp not in denied]
+        if not wanted:
+            return _response((ErrorCode.NONE, denied))
     result = ctx.groups.delete_offsets(req.group_id, wanted)
     if isinstance(result, tuple):
-        return _response(result)
-    return answer_later(result, _response)
+        return _response(_merged(result, denied))
+    return answer_later(result, lambda r: _response(_merged(r, denied)))
+
+
+def _merged(result: Result, denied: dict[tuple[str, int], ErrorCode]) -> Result:
+    error, parts = result
+    return (error, {**parts, **denied}) if denied else result
 
 
 def _response(result: Result) -> OffsetDeleteResponse:

@@ -4,6 +4,10 @@ A partition with no committed offset answers -1; topics=None asks for everything
 From v7 a consumer may require stable offsets (KIP-447): a partition whose commit is still
 pending, such as a transactional one awaiting its marker, answers UNSTABLE_OFFSET_COMMIT (a
 retriable error: the consumer asks again) instead of an offset about to change.
+
+Each group needs DESCRIBE (GROUP_AUTHORIZATION_FAILED for the group: its error code from v2,
+on each requested partition before); offsets are shown only for topics the principal may
+DESCRIBE: left out of an all-partitions answer, TOPIC_AUTHORIZATION_FAILED when named.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.consumer import OffsetFetchResponse
 
+from broker.acl import AclOperation, ResourceType
+from broker.apis.authorize import allowed, filter_allowed
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -28,18 +34,44 @@ NewPartition = NewTopic.OffsetFetchResponsePartitions
 
 def handle(ctx: ApiContext, request: Request) -> OffsetFetchResponse:
     req = request.body
-    coordinator = ctx.groups
     require_stable = bool(getattr(req, "require_stable", False)) if request.version >= 7 else False
     if request.version >= 8:
         groups = []
         for g in req.groups:
-            found = coordinator.fetch_offsets(g.group_id, _wanted(g.topics), require_stable)
+            error, found = _fetch(ctx, request, g.group_id, _wanted(g.topics), require_stable)
             groups.append(Group(group_id=g.group_id, topics=_topics(found, NewTopic, NewPartition),
-                                error_code=0))
+                                error_code=error))
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
-    found = coordinator.fetch_offsets(req.group_id, _wanted(req.topics), require_stable)
-    return OffsetFetchResponse(throttle_time_ms=0, error_code=0,
+    wanted = _wanted(req.topics)
+    error, found = _fetch(ctx, request, req.group_id, wanted, require_stable)
+    if error != ErrorCode.NONE and request.version < 2:
+        # No group-level error before v2: the error goes on each requested partition.
+        found = {tp: error for tp in wanted or []}
+    return OffsetFetchResponse(throttle_time_ms=0, error_code=error,
                                topics=_topics(found, OldTopic, OldPartition))
+
+
+def _fetch(ctx: ApiContext, request: Request, group_id: str,
+           wanted: list[tuple[str, int]] | None, require_stable: bool
+           ) -> tuple[ErrorCode, dict[tuple[str, int], OffsetAndMetadata | ErrorCode | None]]:
+    """One group's error and offsets, as this principal may see them."""
+    if not ctx.authorizer.enabled:
+        return ErrorCode.NONE, ctx.groups.fetch_offsets(group_id, wanted, require_stable)
+    if not allowed(ctx, request, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, {}
+    if wanted is None:
+        found = ctx.groups.fetch_offsets(group_id, None, require_stable)
+        described = filter_allowed(ctx, request, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                   (t for t, _p in found))
+        return ErrorCode.NONE, {tp: o for tp, o in found.items() if tp[0] in described}
+    described = filter_allowed(ctx, request, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                               (t for t, _p in wanted))
+    found = ctx.groups.fetch_offsets(group_id, [tp for tp in wanted if tp[0] in described],
+                                     require_stable)
+    for tp in wanted:
+        if tp[0] not in described:
+            found[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    return ErrorCode.NONE, found
 
 
 def _wanted(topics: Any) -> list[tuple[str, int]] | None:

@@ -4,8 +4,10 @@ acks=0 gets no response; acks=1 answers once appended (after the fsync when the 
 policy flushes every message); acks=-1 once the high watermark covers the batch. The
 ReplicaManager decides and parks; the handler never waits, a parked request answers later.
 Transactional batches need the request's transactional id (Kafka answers every partition
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED without one); the ReplicaManager then checks each
-partition is in the transaction.
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED without one, or without WRITE on it); the ReplicaManager
+then checks each partition is in the transaction. With ACLs on, each topic needs WRITE
+(TOPIC_AUTHORIZATION_FAILED for its partitions, nothing appended); with them off the only
+cost is one attribute test.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.producer import ProduceResponse
 
+from broker.acl import AclOperation, ResourceType
+from broker.apis.authorize import allowed, filter_allowed
 from broker.apis.deferred import answer_later
 from broker.replica_manager import ProduceResult, ProduceResults
 from protocol.errors import ErrorCode
@@ -35,17 +39,38 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
         for topic in req.topic_data
         for p in topic.partition_data
     ]
-    if req.transactional_id is None and any(_transactional(r) for _, r in entries):
-        error = ProduceResult(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-        return None if req.acks == 0 else _response({tp: error for tp, _ in entries})
+    tid = req.transactional_id
+    if ctx.authorizer.enabled:
+        if any(_transactional(r) for _, r in entries) and (tid is None or not allowed(
+                ctx, request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid)):
+            return _refuse_all(entries, req.acks)
+        writable = filter_allowed(ctx, request, AclOperation.WRITE, ResourceType.TOPIC,
+                                  (t.name for t in req.topic_data))
+        denied = {tp: ProduceResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                  for tp, _ in entries if tp[0] not in writable}
+        if denied:
+            entries = [(tp, r) for tp, r in entries if tp not in denied]
+            if not entries:
+                return None if req.acks == 0 else _response(denied)
+    else:
+        if tid is None and any(_transactional(r) for _, r in entries):
+            return _refuse_all(entries, req.acks)
+        denied = {}
     results = ctx.replica_manager.append_records(entries, request.version, req.acks,
-                                                 req.timeout_ms,
-                                                 transactional_id=req.transactional_id)
+                                                 req.timeout_ms, transactional_id=tid)
     if req.acks == 0:
         return None
     if isinstance(results, dict):
-        return _response(results)
+        return _response({**results, **denied} if denied else results)
+    if denied:
+        return answer_later(results, lambda r: _response({**r, **denied}))
     return answer_later(results, _response)
+
+
+def _refuse_all(entries: list, acks: int) -> ProduceResponse | None:
+    """Kafka's error response: every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
+    error = ProduceResult(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    return None if acks == 0 else _response({tp: error for tp, _ in entries})
 
 
 def _transactional(records: bytes | None) -> bool:

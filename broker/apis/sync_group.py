@@ -1,4 +1,7 @@
-"""SyncGroup (key 14): the leader hands in the assignment; every member gets its share."""
+"""SyncGroup (key 14): the leader hands in the assignment; every member gets its share.
+
+Needs READ on the group (GROUP_AUTHORIZATION_FAILED, nothing assigned).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,8 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.consumer import SyncGroupResponse
 
+from broker.acl import AclOperation, ResourceType
+from broker.apis.authorize import allowed
 from broker.apis.deferred import answer_later
 from protocol.errors import ErrorCode
 
@@ -17,6 +22,8 @@ if TYPE_CHECKING:
 def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     req = request.body
     coordinator = ctx.groups
+    if not allowed(ctx, request, AclOperation.READ, ResourceType.GROUP, req.group_id):
+        return _response((ErrorCode.GROUP_AUTHORIZATION_FAILED, b""), (None, None))
     result = coordinator.sync_group(
         req.group_id, req.generation_id, req.member_id, getattr(req, "group_instance_id", None),
         getattr(req, "protocol_type", None), getattr(req, "protocol_name", None),

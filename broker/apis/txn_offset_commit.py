@@ -9,6 +9,11 @@ As Kafka 3.6+ (KIP-890 part 1), the group's __consumer_offsets partition must be
 producer's ongoing transaction (AddOffsetsToTxn) unless the producer's transaction is already
 open in that partition's log: asked of the transaction coordinator first, its refusal is the
 answer for every partition. The offsets stay pending until the transaction's marker.
+
+Authorization first, as Kafka's: WRITE on the transactional id
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED) then READ on the group (GROUP_AUTHORIZATION_FAILED), each
+for every partition; then READ on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions, the
+others committed).
 """
 
 from __future__ import annotations
@@ -17,8 +22,10 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.producer import TxnOffsetCommitResponse
 
+from broker.acl import AclOperation, ResourceType
+from broker.apis.authorize import allowed
 from broker.apis.deferred import answer_later
-from broker.apis.offset_commit import requested_offsets
+from broker.apis.offset_commit import requested_offsets, split_readable
 from broker.group.coordinator import offset_commit_error
 from broker.group.metadata import OffsetAndMetadata
 from broker.group.offsets_store import TOPIC
@@ -42,16 +49,28 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     generation_id = getattr(req, "generation_id", -1)
     member_id = getattr(req, "member_id", "") or ""
     instance_id = getattr(req, "group_instance_id", None)
+    denied: dict[TopicPartition, ErrorCode] = {}
+    if ctx.authorizer.enabled:
+        if not allowed(ctx, request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                       req.transactional_id):
+            return _response({tp: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                              for tp in offsets}, version)
+        if not allowed(ctx, request, AclOperation.READ, ResourceType.GROUP, req.group_id):
+            return _response({tp: ErrorCode.GROUP_AUTHORIZATION_FAILED for tp in offsets},
+                             version)
+        offsets, denied = split_readable(ctx, request, offsets)
+        if not offsets:
+            return _response(denied, version)
     refusal = _verify(ctx, req.transactional_id, req.producer_id, req.producer_epoch,
                       req.group_id, offsets, version)
     if refusal is not None:
-        return _response(refusal, version)
+        return _response({**refusal, **denied}, version)
     result = ctx.groups.commit_transactional_offsets(
         req.group_id, req.producer_id, req.producer_epoch, member_id, instance_id,
         generation_id, offsets)
     if result.done():
-        return _response(result.result(), version)
-    return answer_later(result, lambda r: _response(r, version))
+        return _response({**result.result(), **denied}, version)
+    return answer_later(result, lambda r: _response({**r, **denied}, version))
 
 
 def _verify(ctx: ApiContext, transactional_id: str, producer_id: int, producer_epoch: int,

@@ -5,7 +5,8 @@ Each marker is appended to its partitions with acks=all through the ReplicaManag
 partition is UNKNOWN_TOPIC_OR_PARTITION without an append. Once markers on `__consumer_offsets`
 are written the group coordinator materializes (or drops) the producer's pending offsets, as
 Kafka's handleWriteTxnMarkersRequest does; if that fails those partitions answer
-UNKNOWN_SERVER_ERROR.
+UNKNOWN_SERVER_ERROR. Needs ALTER or CLUSTER_ACTION on the cluster: without either every
+partition answers CLUSTER_AUTHORIZATION_FAILED and no marker is written.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import TYPE_CHECKING
 import structlog
 from kafka.protocol.producer import WriteTxnMarkersResponse
 
+from broker.acl import AclOperation
+from broker.apis.authorize import cluster_allowed
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -34,6 +37,13 @@ REQUEST_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms bounds the append
 
 def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     markers = request.body.markers
+    if not (cluster_allowed(ctx, request, AclOperation.ALTER, log_if_denied=False)
+            or cluster_allowed(ctx, request, AclOperation.CLUSTER_ACTION)):
+        denied = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return WriteTxnMarkersResponse(markers=[
+            MarkerResult(producer_id=m.producer_id, topics=_topics(
+                {(t.name, p): denied for t in m.topics for p in t.partition_indexes}))
+            for m in markers])
     loop = asyncio.get_running_loop()
     waits = [_write(ctx, loop, m) for m in markers]
     if not waits:
