@@ -12,16 +12,22 @@ from dataclasses import dataclass
 from kafka.protocol.admin import (
     AlterConfigsRequest,
     AlterConfigsResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
     DescribeClusterRequest,
     DescribeClusterResponse,
     DescribeConfigsRequest,
@@ -166,6 +172,9 @@ APIS: dict[int, ApiSpec] = {
         _spec(0, 0, DescribeProducersRequest, DescribeProducersResponse),
         _spec(0, 0, DescribeTransactionsRequest, DescribeTransactionsResponse),
         _spec(0, 1, ListTransactionsRequest, ListTransactionsResponse),
+        _spec(0, 3, DescribeAclsRequest, DescribeAclsResponse),
+        _spec(0, 3, CreateAclsRequest, CreateAclsResponse),
+        _spec(0, 3, DeleteAclsRequest, DeleteAclsResponse),
     )
 }
 

@@ -5,11 +5,14 @@ from broker.apis import (
     add_partitions_to_txn,
     alter_configs,
     api_versions,
+    create_acls,
     create_partitions,
     create_topics,
+    delete_acls,
     delete_groups,
     delete_records,
     delete_topics,
+    describe_acls,
     describe_cluster,
     describe_configs,
     describe_groups,
@@ -77,6 +80,9 @@ HANDLERS = {
     65: describe_transactions.handle,
     66: list_transactions.handle,
     75: describe_topic_partitions.handle,
+    29: describe_acls.handle,
+    30: create_acls.handle,
+    31: delete_acls.handle,
 }
 
 assert set(HANDLERS) == set(APIS), "every served API needs a handler"
