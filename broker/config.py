@@ -6,6 +6,9 @@ names the key, because a typo silently ignored is a misconfigured production bro
 
 from __future__ import annotations
 
+import ipaddress
+import re
+import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal
@@ -91,8 +94,12 @@ class Key:
 KEYS: dict[str, Key] = {
     k.name: k
     for k in (
-        Key("listeners", _list, "PLAINTEXT://127.0.0.1:9092", "Addresses the broker binds."),
-        Key("advertised.listeners", _list, "", "Addresses given to clients (default: listeners)."),
+        Key("listeners", _list, "PLAINTEXT://127.0.0.1:9092",
+            "NAME://host:port entries the broker binds, one server each (empty host: all "
+            "interfaces); NAME maps to a security protocol in listener.security.protocol.map."),
+        Key("advertised.listeners", _list, "",
+            "NAME://host:port given to clients per listener (a listener not named here: its "
+            "listeners entry)."),
         Key("node.id", int, "1", "This broker's id.", min=0),
         Key("log.dirs", _list, "./data", "Directories holding the partition logs."),
         Key("num.partitions", int, "1", "Partitions of an auto-created topic.", min=1),
@@ -261,9 +268,12 @@ class BrokerConfig:
     which DescribeConfigs reports as STATIC_BROKER_CONFIG.
     """
 
-    def __init__(self, values: dict[str, Any], static: dict[str, str] | None = None) -> None:
+    def __init__(self, values: dict[str, Any], static: dict[str, str] | None = None,
+                 listener_values: dict[str, dict[str, Any]] | None = None) -> None:
         self._values = values
         self.static: dict[str, str] = dict(static or {})
+        # listener.name.<listener>.<key> values, parsed, by lower-case listener name.
+        self._listener_values: dict[str, dict[str, Any]] = listener_values or {}
 
     def __getitem__(self, key: str) -> Any:
         return self._values[key]
@@ -284,10 +294,60 @@ class BrokerConfig:
     def update_from(self, other: BrokerConfig) -> None:
         """Take ``other``'s values (the dynamic change applied); the static text stays."""
         self._values = dict(other._values)
+        self._listener_values = {k: dict(v) for k, v in other._listener_values.items()}
+
+    # -- listeners ------------------------------------------------------------------------------
+    def security_protocol_map(self) -> dict[str, str]:
+        """listener.security.protocol.map as Kafka reads it: names normalised to upper case."""
+        return parse_protocol_map(self["listener.security.protocol.map"])
+
+    def listener_specs(self) -> list[ListenerSpec]:
+        """Every entry of ``listeners``, checked as Kafka's listenerListToEndPoints checks them."""
+        return endpoints(self["listeners"], self.security_protocol_map(), "listeners",
+                         distinct_ports=True)
+
+    def advertised_endpoints(self) -> dict[str, tuple[str, int]]:
+        """The (host, port) given to clients of each listener: its advertised.listeners entry,
+        else its listeners entry (an empty host: this machine's canonical name, as Kafka's
+        broker registers it). Port 0 means "the bound port", filled in by the server.
+
+        Kafka advertises only the names listed when advertised.listeners is set; here a
+        listener left out keeps its own address, so a partial list never hides a listener."""
+        advertised = {s.name: (s.host, s.port) for s in self._advertised_specs()}
+        out: dict[str, tuple[str, int]] = {}
+        for spec in self.listener_specs():
+            host, port = advertised.get(spec.name, (spec.host, spec.port))
+            out[spec.name] = (host or socket.getfqdn(), port)
+        return out
+
+    def _advertised_specs(self) -> list[ListenerSpec]:
+        if not self["advertised.listeners"]:
+            return []
+        return endpoints(self["advertised.listeners"], self.security_protocol_map(),
+                         "advertised.listeners", distinct_ports=False)
+
+    def listener_value(self, listener_name: str, key: str) -> Any:
+        """``key`` for one listener: listener.name.<listener>.<key> when set, else the plain
+        key's value (Kafka's valuesWithPrefixOverride). A SASL mechanism's JAAS text
+        (``plain.sasl.jaas.config``) has no plain form: the prefixed value or None."""
+        own = self._listener_values.get(listener_name.lower(), {})
+        if key in own:
+            return own[key]
+        if key.endswith(JAAS_SUFFIX):
+            return None
+        return self[key]
+
+    def listener_overrides(self) -> dict[str, Any]:
+        """Every listener.name.* value given, by its full key (for the start log, redacted)."""
+        return {f"{LISTENER_PREFIX}{name}.{key}": value
+                for name, keys in sorted(self._listener_values.items())
+                for key, value in sorted(keys.items())}
 
     @property
     def listener(self) -> tuple[str, int]:
-        return parse_listener(self["listeners"][0], "listeners")
+        """The first listener's bind address (host "" = every interface)."""
+        first = self.listener_specs()[0]
+        return first.host, first.port
 
     @property
     def metrics_listener(self) -> tuple[str, int, str] | None:
@@ -297,8 +357,8 @@ class BrokerConfig:
 
     @property
     def advertised(self) -> tuple[str, int]:
-        adv = self["advertised.listeners"] or self["listeners"]
-        return parse_listener(adv[0], "advertised.listeners")
+        """The first listener's advertised address."""
+        return next(iter(self.advertised_endpoints().values()))
 
     @classmethod
     def from_properties(
@@ -316,11 +376,141 @@ class BrokerConfig:
 
     @classmethod
     def from_dict(cls, raw: dict[str, str]) -> BrokerConfig:
-        unknown = sorted(set(raw) - set(KEYS))
+        per_listener: dict[str, dict[str, Any]] = {}
+        unknown = []
+        for name in sorted(set(raw) - set(KEYS)):
+            if not name.startswith(LISTENER_PREFIX):
+                unknown.append(name)
+                continue
+            listener, key = _split_listener_key(name)
+            per_listener.setdefault(listener, {})[key] = _parse_listener_key(name, key, raw[name])
         if unknown:
             raise ConfigError(f"unknown configuration key: {unknown[0]}")
         values = {name: _parse(key, raw.get(name, key.default)) for name, key in KEYS.items()}
-        return cls(values, raw)
+        config = cls(values, raw, per_listener)
+        config._check_listeners()
+        return config
+
+    def _check_listeners(self) -> None:
+        """What Kafka refuses at start about listeners, plus what this broker cannot serve:
+        a TLS listener without a PEM key store, a SASL mechanism other than PLAIN and SCRAM."""
+        specs = self.listener_specs()
+        if not specs:
+            raise ConfigError("listeners: at least one listener is needed")
+        names = {s.name for s in specs}
+        advertised = self._advertised_specs()
+        extra = [s.name for s in advertised if s.name not in names]
+        if extra:
+            raise ConfigError(
+                f"advertised.listeners: listener {extra[0]} is not in listeners; the names of "
+                f"advertised.listeners must be among those of listeners "
+                f"({', '.join(sorted(names))})")
+        given = {s.name: s.host for s in advertised}
+        for s in specs:
+            if given.get(s.name, s.host) == "0.0.0.0":
+                raise ConfigError(
+                    f"advertised.listeners cannot use the non-routable meta-address 0.0.0.0 "
+                    f"(listener {s.name}, advertised as its listeners entry when not given): set "
+                    f"advertised.listeners={s.name}://<routable host>:{s.port}")
+        for listener in sorted(self._listener_values):
+            if listener.upper() not in names:
+                raise ConfigError(
+                    f"{LISTENER_PREFIX}{listener}.* is set but listeners has no listener named "
+                    f"{listener.upper()} ({', '.join(sorted(names))})")
+        for spec in specs:
+            if spec.security_protocol in ("SSL", "SASL_SSL"):
+                self._check_tls(spec.name)
+            if spec.security_protocol.startswith("SASL_"):
+                self._check_sasl(spec.name)
+
+    def _check_tls(self, listener: str) -> None:
+        """Kafka's PEM key store and trust store rules (DefaultSslEngineFactory), per listener;
+        the files' contents are read when the listener's TLS context is built at start."""
+        def value(key: str) -> Any:
+            return self.listener_value(listener, key)
+
+        def where(key: str) -> str:
+            own = self._listener_values.get(listener.lower(), {})
+            return f"{LISTENER_PREFIX}{listener.lower()}.{key}" if key in own else key
+
+        prefix = f"listener {listener}"
+        key, chain = value("ssl.keystore.key"), value("ssl.keystore.certificate.chain")
+        location, ktype = value("ssl.keystore.location"), value("ssl.keystore.type")
+        if key or chain or location:
+            if ktype.upper() != "PEM":
+                raise ConfigError(
+                    f"{prefix}: {where('ssl.keystore.type')}={ktype}: only PEM key stores are "
+                    f"served; set ssl.keystore.type=PEM (convert a JKS or PKCS12 store to one "
+                    f"PEM file holding the private key and the certificate chain)")
+            if value("ssl.keystore.password"):
+                raise ConfigError(
+                    f"{prefix}: {where('ssl.keystore.password')} cannot be given with a PEM key "
+                    f"store; an encrypted private key takes ssl.key.password")
+        if key and not chain:
+            raise ConfigError(f"{prefix}: {where('ssl.keystore.key')} is given but "
+                              f"ssl.keystore.certificate.chain is not")
+        if chain and not key:
+            raise ConfigError(f"{prefix}: {where('ssl.keystore.certificate.chain')} is given "
+                              f"but ssl.keystore.key is not")
+        if key and location:
+            raise ConfigError(f"{prefix}: both {where('ssl.keystore.location')} and an inline "
+                              f"ssl.keystore.key are given; use one")
+        if not key and not location:
+            raise ConfigError(
+                f"{prefix} (listeners) is {self.security_protocol_map().get(listener)} and needs "
+                f"a key store: set ssl.keystore.type=PEM with ssl.keystore.location (one PEM "
+                f"file: private key and certificate chain), or ssl.keystore.certificate.chain "
+                f"and ssl.keystore.key, optionally as {LISTENER_PREFIX}{listener.lower()}.ssl.*")
+        if location and not Path(location).is_file():
+            raise ConfigError(f"{prefix}: {where('ssl.keystore.location')}={location}: "
+                              f"no such file")
+        certs, tloc = value("ssl.truststore.certificates"), value("ssl.truststore.location")
+        ttype = value("ssl.truststore.type")
+        if (certs or tloc) and ttype.upper() != "PEM":
+            raise ConfigError(
+                f"{prefix}: {where('ssl.truststore.type')}={ttype}: only PEM trust stores are "
+                f"served; set ssl.truststore.type=PEM (a PEM file of CA certificates)")
+        if (certs or tloc) and value("ssl.truststore.password"):
+            raise ConfigError(f"{prefix}: {where('ssl.truststore.password')} cannot be given "
+                              f"with a PEM trust store")
+        if certs and tloc:
+            raise ConfigError(f"{prefix}: both {where('ssl.truststore.location')} and "
+                              f"ssl.truststore.certificates are given; use one")
+        if tloc and not Path(tloc).is_file():
+            raise ConfigError(f"{prefix}: {where('ssl.truststore.location')}={tloc}: no such file")
+        for version in value("ssl.enabled.protocols"):
+            if version not in TLS_VERSIONS:
+                raise ConfigError(
+                    f"{prefix}: {where('ssl.enabled.protocols')}: unknown protocol {version!r} "
+                    f"(expected {', '.join(TLS_VERSIONS)})")
+        from broker.security.ssl import openssl_cipher_names  # the ssl module's view
+
+        try:
+            openssl_cipher_names(value("ssl.cipher.suites"))
+        except ValueError as exc:
+            raise ConfigError(f"{prefix}: {where('ssl.cipher.suites')}: {exc}") from None
+        from broker.security.ssl import SslPrincipalMapper
+
+        try:
+            SslPrincipalMapper(value("ssl.principal.mapping.rules"))
+        except ValueError as exc:
+            raise ConfigError(f"{prefix}: {where('ssl.principal.mapping.rules')}: {exc}") from None
+
+    def _check_sasl(self, listener: str) -> None:
+        mechanisms = self.listener_value(listener, "sasl.enabled.mechanisms")
+        own = self._listener_values.get(listener.lower(), {})
+        where = (f"{LISTENER_PREFIX}{listener.lower()}.sasl.enabled.mechanisms"
+                 if "sasl.enabled.mechanisms" in own else "sasl.enabled.mechanisms")
+        served = ", ".join(SASL_MECHANISMS)
+        if not mechanisms:
+            raise ConfigError(f"listener {listener} uses SASL but {where} is empty: set it to "
+                              f"one or more of {served}")
+        for mechanism in mechanisms:
+            if mechanism not in SASL_MECHANISMS:
+                default = (" (GSSAPI is Kafka's default)" if mechanism == "GSSAPI" else "")
+                raise ConfigError(
+                    f"listener {listener}: SASL mechanism {mechanism} is not served{default}; "
+                    f"set {where} to one or more of {served}")
 
 
 def value_text(value: Any) -> str:
@@ -366,19 +556,147 @@ def _parse(key: Key, text: str) -> Any:
         raise ConfigError(f"invalid value {text!r} for {key.name}: must be <= {key.max}")
     if key.name in ("listeners", "advertised.listeners"):
         for item in value:
-            parse_listener(item, key.name)
+            parse_endpoint(item, key.name)
+    if key.name == "listener.security.protocol.map":
+        parse_protocol_map(value)
     if key.name == "metrics.listener" and value:
         parse_metrics_listener(value)
     return value
 
 
 def parse_listener(text: str, key: str) -> tuple[str, int]:
-    """PLAINTEXT://host:port -> (host, port); only PLAINTEXT is served."""
-    proto, sep, rest = text.partition("://")
-    host, _, port = rest.rpartition(":")
-    if not sep or proto.upper() != "PLAINTEXT" or not port.isdigit():
-        raise ConfigError(f"invalid value {text!r} for {key}: expected PLAINTEXT://host:port")
-    return host.strip("[]"), int(port)
+    """NAME://host:port -> (host, port)."""
+    _name, host, port = parse_endpoint(text, key)
+    return host, port
+
+
+# Kafka's endpoint syntax (SocketServerConfigs): NAME://host:port, the host possibly in [].
+_ENDPOINT = re.compile(r"(.*)://\[?([0-9a-zA-Z\-%._:]*)\]?:(-?[0-9]+)")
+
+
+def parse_endpoint(text: str, key: str) -> tuple[str, str, int]:
+    """NAME://host:port -> (NAME upper-cased as Kafka normalises it, host, port); an empty host
+    (PLAINTEXT://:9092) binds every interface."""
+    m = _ENDPOINT.fullmatch(text.strip())
+    if m is None or not m.group(1).strip():
+        raise ConfigError(f"invalid value {text!r} for {key}: expected NAME://host:port, e.g. "
+                          f"PLAINTEXT://127.0.0.1:9092 or SASL_SSL://:9093")
+    port = int(m.group(3))
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"invalid value {text!r} for {key}: port out of range")
+    return m.group(1).strip().upper(), m.group(2), port
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerSpec:
+    """One entry of ``listeners`` (or ``advertised.listeners``): Kafka's EndPoint."""
+
+    name: str  # upper case, as Kafka's ListenerName.normalised
+    security_protocol: str  # PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL
+    host: str  # "" binds every interface
+    port: int  # 0: an ephemeral port
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+TLS_VERSIONS = ("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3")
+LISTENER_PREFIX = "listener.name."
+JAAS_SUFFIX = ".sasl.jaas.config"
+# Keys a listener may override as listener.name.<listener>.<key> (Kafka lets every channel
+# key be prefixed; these are the ones this broker reads per listener).
+PER_LISTENER_KEYS = frozenset(
+    {k for k in KEYS if k.startswith("ssl.")}
+    | {"sasl.enabled.mechanisms", "sasl.server.max.receive.size", "connections.max.reauth.ms"})
+
+
+def parse_protocol_map(entries: list[str]) -> dict[str, str]:
+    """NAME:PROTOCOL entries -> {NAME: PROTOCOL}, both upper-cased as Kafka reads them."""
+    out: dict[str, str] = {}
+    for entry in entries:
+        name, sep, protocol = entry.partition(":")
+        protocol = protocol.strip().upper()
+        if not sep or not name.strip():
+            raise ConfigError(f"invalid value {entry!r} in listener.security.protocol.map: "
+                              f"expected NAME:PROTOCOL")
+        if protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(f"invalid security protocol {protocol!r} for listener "
+                              f"{name.strip().upper()} in listener.security.protocol.map "
+                              f"(expected {', '.join(SECURITY_PROTOCOLS)})")
+        out[name.strip().upper()] = protocol
+    return out
+
+
+def endpoints(entries: list[str], protocols: dict[str, str], key: str, *,
+              distinct_ports: bool) -> list[ListenerSpec]:
+    """Kafka's listenerListToEndPoints: names unique, each mapped to a protocol; with
+    ``distinct_ports`` (listeners, not advertised.listeners) no two listeners on one port,
+    except port 0 and one IPv4 plus one IPv6 address on the same port."""
+    specs = []
+    for entry in entries:
+        name, host, port = parse_endpoint(entry, key)
+        if name not in protocols:
+            raise ConfigError(f"{key}: no security protocol defined for listener {name}: add "
+                              f"{name}:<PLAINTEXT|SSL|SASL_PLAINTEXT|SASL_SSL> to "
+                              f"listener.security.protocol.map")
+        specs.append(ListenerSpec(name, protocols[name], host, port))
+    seen: set[str] = set()
+    for s in specs:
+        if s.name in seen:
+            raise ConfigError(f"{key}: each listener must have a different name, {s.name} is "
+                              f"given twice ({','.join(entries)})")
+        seen.add(s.name)
+    if distinct_ports:
+        by_port: dict[int, list[ListenerSpec]] = {}
+        for s in specs:
+            if s.port != 0:
+                by_port.setdefault(s.port, []).append(s)
+        for port, same in by_port.items():
+            if len(same) > 1 and not _one_ipv4_one_ipv6(same):
+                raise ConfigError(
+                    f"{key}: each listener must have a different port, {port} is used by "
+                    f"{', '.join(s.name for s in same)} (two listeners may share a port only "
+                    f"when one is on an IPv4 and the other on an IPv6 address)")
+    return specs
+
+
+def _one_ipv4_one_ipv6(specs: list[ListenerSpec]) -> bool:
+    if len(specs) != 2:
+        return False
+    try:
+        versions = {ipaddress.ip_address(s.host).version for s in specs}
+    except ValueError:
+        return False
+    return versions == {4, 6}
+
+
+_MECHANISM_JAAS = {m.lower() + JAAS_SUFFIX for m in SASL_MECHANISMS}
+
+
+def _split_listener_key(name: str) -> tuple[str, str]:
+    """listener.name.<listener>.<key> -> (listener, key); ConfigError naming the key."""
+    listener, dot, key = name[len(LISTENER_PREFIX):].partition(".")
+    if not listener or not dot or not key:
+        raise ConfigError(f"unknown configuration key: {name} (expected "
+                          f"{LISTENER_PREFIX}<listener>.<key>)")
+    if listener != listener.lower():
+        raise ConfigError(f"unknown configuration key: {name}: the listener name is written in "
+                          f"lower case here ({LISTENER_PREFIX}{listener.lower()}.{key}), as Kafka "
+                          f"reads it")
+    if key not in PER_LISTENER_KEYS and key not in _MECHANISM_JAAS:
+        raise ConfigError(f"unknown configuration key: {name} (a listener may override "
+                          f"ssl.*, sasl.enabled.mechanisms, sasl.server.max.receive.size, "
+                          f"connections.max.reauth.ms and <mechanism>.sasl.jaas.config for "
+                          f"{', '.join(SASL_MECHANISMS)})")
+    return listener, key
+
+
+def _parse_listener_key(name: str, key: str, text: str) -> Any:
+    if key in _MECHANISM_JAAS:
+        return text.strip()
+    try:
+        return _parse(KEYS[key], text)
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace(f" for {key}", f" for {name}", 1)) from None
 
 
 def parse_metrics_listener(text: str) -> tuple[str, int, str]:
