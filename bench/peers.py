@@ -27,9 +27,10 @@ default); Tansu with `--storage-engine memory://tansu/`. `--security plaintext,s
 mini-broker's workloads a second time over SASL_SSL (TLS 1.3 and SCRAM-SHA-256, certificates
 from tests/support/certs.py, no authorizer) right after each PLAINTEXT run, and prints one
 `tls_cost` line per figure: the medians and the median of the per-run ratios SASL_SSL /
-PLAINTEXT. Tansu 0.6.0 takes a certificate (--cert/--key) but its SASL users live in a storage
-engine this benchmark does not run, so its SASL_SSL rows are not run; the idle workload speaks
-the protocol on raw sockets and runs over PLAINTEXT only. --quick shrinks every workload to a
+PLAINTEXT. Tansu has no SASL_SSL rows: its 0.6.0 command line refuses `--cert` together with
+`--key` ("the argument '--cert <CERT>' cannot be used with '--key <KEY>'"), and `--authentication`
+leaves no way to create the first SCRAM user; the idle workload speaks the protocol on raw
+sockets and runs over PLAINTEXT only. --quick shrinks every workload to a
 few seconds and one run (the smoke test in make test). --report writes the "Peers" section
 of docs/benchmarks.md and docs/img/peers.png; --from reads the runs from a saved --json
 output instead of running them.
