@@ -11,12 +11,21 @@ passes its high-water mark (64 KiB, a slow reader or a big fetch), pause_writing
 resume_writing once it drained: responses written meanwhile count as sent only then. The
 high-water mark is left at its default on purpose: lowering it to 0 to observe every send
 would make uvloop write each response at once instead of coalescing them.
+
+On a SASL listener a SaslAuthenticator decides what may come before authentication (Kafka's
+SaslServerAuthenticator): ApiVersions and SaslHandshake, then SaslAuthenticate, one request at
+a time (SASL mute) so each answer is known before the next frame is read, frames no larger
+than sasl.server.max.receive.size, bare tokens after SaslHandshake v0. Once authenticated the
+gate is off, unless the session has a lifetime (connections.max.reauth.ms): then each frame is
+checked for the re-authentication's SaslHandshake and for the session's expiry. A failed
+authentication's answer is written and then the connection closes (``Request.close_after``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import struct
 import time
 from collections import deque
 from enum import IntFlag
@@ -28,7 +37,14 @@ from broker.network.request import Request
 from broker.network.sequencer import ResponseSequencer
 from broker.security.listener import PLAINTEXT_LISTENER, ListenerSecurity
 from broker.security.principal import Session
-from protocol.framing import FrameDecoder, FrameError, parse_request_header, peek_key_version
+from broker.security.sasl import SASL_HANDSHAKE_KEY, SaslAuthenticator
+from protocol.framing import (
+    FrameDecoder,
+    FrameError,
+    FrameTooLarge,
+    parse_request_header,
+    peek_key_version,
+)
 from protocol.registry import API_VERSIONS_KEY, APIS
 from protocol.validate import schema_violation
 
@@ -39,6 +55,10 @@ log = structlog.get_logger("broker.network")
 _channel_ids = itertools.count(1)
 
 MAX_INFLIGHT_PER_CONNECTION = 128
+_SIZE = struct.Struct(">i")
+_KEY = struct.Struct(">h")
+# What the SASL gate says of the next frame.
+_PARSE, _CONSUMED, _STOP = 0, 1, 2
 
 
 class MuteReason(IntFlag):
@@ -48,6 +68,7 @@ class MuteReason(IntFlag):
     SHUTDOWN = 8  # the broker is draining: no new requests
     WRITE = 16  # the client is not reading: its transport's buffer passed the high-water mark
     BACKLOG = 32  # requests of this connection already wait for a handler turn
+    SASL = 64  # (re-)authenticating: one request at a time, each answered before the next
 
 
 class Connection(asyncio.Protocol):
@@ -76,6 +97,16 @@ class Connection(asyncio.Protocol):
         self._write_started = 0.0  # when the latest response was handed to the transport
         self._draining = False  # the transport holds unsent bytes (metrics on only)
         self._undrained: list[Request] = []
+        self._max_frame = max_frame
+        # SASL listeners: the authenticator, and whether frames pass its gate (the only test
+        # the request path makes per frame; off once authenticated without a session lifetime)
+        self.auth: SaslAuthenticator | None = None
+        self._gated = False
+        if security.uses_sasl and security.sasl is not None:
+            self.auth = SaslAuthenticator(security.sasl, self.session, self.peer,
+                                          on_authenticated=self._authenticated)
+            self._gated = True
+            self.decoder.max_size = min(max_frame, security.sasl.max_receive_size)
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -89,6 +120,10 @@ class Connection(asyncio.Protocol):
             transport.close()
             return
         log.info("connection opened", peer=self.peer, channel=self.channel_id)
+        if self.auth is not None:
+            self.auth.peer = self.peer
+        elif self.security.uses_sasl:
+            self.close(f"listener {self.security.name} has no SASL settings")
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
@@ -96,6 +131,14 @@ class Connection(asyncio.Protocol):
         self.last_active = time.monotonic()
         try:
             frames = self.decoder.feed(data)
+        except FrameTooLarge as exc:
+            if self.auth is not None and not self.auth.ready:  # Kafka's InvalidReceiveException
+                self.auth.fail("Failing SASL authentication due to invalid receive size "
+                               f"({exc})")
+                self.close_quietly()
+            else:
+                self.close(str(exc))
+            return
         except FrameError as exc:
             self.close(str(exc))
             return
@@ -116,6 +159,12 @@ class Connection(asyncio.Protocol):
         while self._pending and not self.closed:
             if self.serial and self.inflight:
                 return
+            if self._gated:
+                verdict = self._sasl_gate()
+                if verdict == _STOP:
+                    return
+                if verdict == _CONSUMED:
+                    continue
             request = self._parse(self._pending.popleft())
             if request is not None:
                 if self.serial:
@@ -157,6 +206,56 @@ class Connection(asyncio.Protocol):
         if self.inflight >= MAX_INFLIGHT_PER_CONNECTION:
             self.set_mute(MuteReason.INFLIGHT)
         return request
+
+    # -- SASL ----------------------------------------------------------------------------------
+    def _sasl_gate(self) -> int:
+        """The next frame under SASL: parse it (_PARSE), handled here (_CONSUMED: a bare
+        token), or not now (_STOP: waiting for the answer in flight, or closed)."""
+        auth = self.auth
+        assert auth is not None
+        frame = self._pending[0]
+        if auth.ready:  # authenticated, with a session lifetime
+            if (len(frame) >= 2 and _KEY.unpack_from(frame)[0] == SASL_HANDSHAKE_KEY
+                    and auth.may_reauthenticate()):
+                if self.inflight:  # the answers before it go first
+                    self.set_mute(MuteReason.SASL)
+                    return _STOP
+                auth.begin_reauthentication()
+                self.decoder.max_size = min(self._max_frame, auth.config.max_receive_size)
+                return _PARSE
+            if auth.expired():
+                log.info("closing connection", peer=self.peer, channel=self.channel_id,
+                         reason="SASL session expired", principal=str(self.session.principal))
+                self.close_quietly()
+                return _STOP
+            return _PARSE
+        if self.inflight:
+            self.set_mute(MuteReason.SASL)
+            return _STOP
+        if auth.raw:  # after SaslHandshake v0: a bare token, answered bare, in order
+            token = self._pending.popleft()
+            response = auth.raw_token(token)
+            if response is None:
+                self.close_quietly()
+                return _STOP
+            self._write(_SIZE.pack(len(response)) + response)
+            return _CONSUMED
+        try:
+            api_key, version = peek_key_version(frame)
+        except FrameError:
+            return _PARSE  # the parser closes it with the reason
+        if auth.admit(api_key, version) is not None:  # refused, counted and logged there
+            self.close_quietly()
+            return _STOP
+        return _PARSE
+
+    def _authenticated(self) -> None:
+        """The authenticator's news: requests of any size and API from now on; the gate stays
+        only to watch a session lifetime."""
+        auth = self.auth
+        assert auth is not None
+        self.decoder.max_size = self._max_frame
+        self._gated = auth.expires_at is not None
 
     def finish(self, request: Request, payload: bytes | None) -> None:
         """Called by the channel when a request is done; ``payload`` is its encoded response,
@@ -210,6 +309,8 @@ class Connection(asyncio.Protocol):
             else:
                 stats.sent(request.received, request.ready, request.write_started,
                            time.monotonic())
+        if request.close_after:  # a failed authentication: its answer is out, now close
+            self.close_quietly()
         self._done_one()
 
     # -- write flow: the transport's buffer passed its high-water mark, then drained ---------
@@ -231,8 +332,8 @@ class Connection(asyncio.Protocol):
         self.inflight -= 1
         if self.inflight < MAX_INFLIGHT_PER_CONNECTION:
             self.clear_mute(MuteReason.INFLIGHT)
-        if self.serial and not self.inflight:
-            self.clear_mute(MuteReason.SERIAL)
+        if not self.inflight and (self.serial or self.mute & MuteReason.SASL):
+            self.clear_mute(MuteReason.SERIAL | MuteReason.SASL)
             self._dispatch()
 
     # -- mute flags ------------------------------------------------------------------------

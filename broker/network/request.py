@@ -34,6 +34,7 @@ class Request:
     payload: bytes | None = None  # the encoded response, while it waits in the sequencer
     response_size: int = 0  # its length, counted against the memory budget until sent
     stats: RequestStats | None = None  # metrics on: this request's (API, version) counters
+    close_after: bool = False  # close the connection once this response is written
 
     @property
     def version(self) -> int:
