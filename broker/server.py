@@ -1,5 +1,12 @@
 """Broker: the composition root. It builds every owner from the configuration, wires them,
-serves the listener and shuts down; nothing else in the broker imports it.
+serves the listeners and shuts down; nothing else in the broker imports it.
+
+One server per entry of ``listeners``, each Connection handed its listener's
+ListenerSecurity. A server made by create_server(ssl=...) drops a failed TLS handshake
+silently (asyncio and uvloop log an OSError only in debug mode), so SSL and SASL_SSL listeners
+accept sockets themselves and hand each to ``loop.connect_accepted_socket``, which raises on
+failure (``_TlsListener``): logged once per connection with the listener and peer, counted in
+``Broker.tls_handshake_failures``, that connection closed and nothing else touched.
 
 Shutdown order follows Kafka's: stop accepting, let in-flight requests finish, flush every log,
 then write the clean-shutdown marker so the next start skips recovery.
@@ -8,13 +15,16 @@ then write the clean-shutdown marker so the next start skips recovery.
 from __future__ import annotations
 
 import asyncio
+import socket
+import ssl
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import structlog
 
 from broker import apis
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, ConfigError, ListenerSpec
 from broker.context import ApiContext, Node
 from broker.dynamic_config import (
     CLEANER_KEYS,
@@ -35,7 +45,9 @@ from broker.network.request_channel import HandlerResult, Request, RequestChanne
 from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager
 from broker.security.authorizer import Authorizer
+from broker.security.listener import ListenerSecurity
 from broker.security.scram import ScramCredentialStore
+from broker.security.ssl import principal_builder, server_ssl_context
 from broker.topic_admin import TopicAdmin, log_config
 from broker.txn import TransactionCoordinator
 from purgatory import Timer
@@ -54,8 +66,14 @@ class Broker:
         self.channel: RequestChannel | None = None
         self.replica_manager: ReplicaManager | None = None
         self.transactions: TransactionCoordinator | None = None
-        self.server: asyncio.base_events.Server | None = None
-        self.port = 0
+        self.server: asyncio.base_events.Server | _TlsListener | None = None  # the first's
+        self.servers: dict[str, asyncio.base_events.Server | _TlsListener] = {}  # by name
+        self.port = 0  # the first listener's bound port
+        self.ports: dict[str, int] = {}  # bound port by listener name
+        # TLS handshakes that failed (plaintext client, untrusted certificate, timeout), by
+        # listener; read by the metrics.
+        self.tls_handshake_failures: dict[str, int] = {}
+        self.auth_stats: Any = None  # broker.security.sasl.AuthenticationStats
         self.metrics: BrokerMetrics | None = None
         self.metrics_server: MetricsServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -89,12 +107,14 @@ class Broker:
             coordinator.partition_for)
         transactions.start()
         rm.verify_transaction = transactions.verify_partition
-        host, port = cfg.listener
-        node = Node(cfg["node.id"], *cfg.advertised, self.metadata.cluster_id)
+        specs = cfg.listener_specs()
+        advertised = cfg.advertised_endpoints()
+        node = Node(cfg["node.id"], *advertised[specs[0].name], self.metadata.cluster_id)
+        authorizer = Authorizer.of(cfg, self.metadata)
+        scram = ScramCredentialStore(self.metadata)
         self.context = ApiContext(node, cfg, topics, rm, coordinator, FetchSessionCache(),
-                                  self.producer_ids, transactions,
-                                  Authorizer.of(cfg, self.metadata),
-                                  ScramCredentialStore(self.metadata))
+                                  self.producer_ids, transactions, authorizer, scram)
+        securities = self._listener_securities(specs, scram)
         metrics_listener = cfg.metrics_listener
         if metrics_listener is not None:
             self.metrics = BrokerMetrics(node.node_id)
@@ -109,16 +129,34 @@ class Broker:
         if self.metrics is not None and metrics_listener is not None:
             self.metrics.observe(self.channel, rm, coordinator, self.metadata, self.log_manager,
                                  transactions)
+            self.metrics.observe_security(self.auth_stats, authorizer,
+                                          self.tls_handshake_failures)
             self.metrics_server = MetricsServer(self.metrics, *metrics_listener)
             await self.metrics_server.start()
         self.channel.start()
         serial = cfg["request.processing.mode"] == "serial"
         max_frame = cfg["socket.request.max.bytes"]
         channel = self.channel
-        self.server = await loop.create_server(
-            lambda: Connection(channel, serial, max_frame), host, port, reuse_address=True)
-        self.port = self.server.sockets[0].getsockname()[1]
-        node.port = node.port or self.port
+        for spec in specs:
+            security = securities[spec.name]
+
+            def connection(security: ListenerSecurity = security) -> Connection:
+                return Connection(channel, serial, max_frame, security=security)
+
+            if security.ssl_context is not None:
+                tls = self._tls_listener(spec, security.ssl_context, connection)
+                self.servers[spec.name] = tls
+                self.ports[spec.name] = tls.start(spec.host, spec.port)
+            else:
+                server = await loop.create_server(connection, spec.host or None, spec.port,
+                                                  reuse_address=True)
+                self.servers[spec.name] = server
+                self.ports[spec.name] = server.sockets[0].getsockname()[1]
+            host, port = advertised[spec.name]
+            node.endpoints[spec.name] = (host, port or self.ports[spec.name])
+        self.server = self.servers[specs[0].name]
+        self.port = self.ports[specs[0].name]
+        node.host, node.port = node.endpoints[specs[0].name]
         self._tasks += [
             asyncio.create_task(self._every("log.retention.check.interval.ms",
                                             rm.apply_retention)),
@@ -129,11 +167,55 @@ class Broker:
         if cfg["log.flush.interval.ms"] < 2**63 - 1:
             self._tasks.append(asyncio.create_task(rm.run_time_flusher()))
         ms = self.metrics_server
-        log.info("broker started", host=host, port=self.port, node_id=node.node_id,
-                 topics=len(self.metadata.topics),
+        log.info("broker started", host=specs[0].host, port=self.port, listeners=self.ports,
+                 security_protocols={s.name: s.security_protocol for s in specs},
+                 node_id=node.node_id, topics=len(self.metadata.topics),
                  metrics=ms.url if ms is not None else None,
                  metrics_port=ms.port if ms is not None else None,
-                 config=redact(dict(cfg.items())))
+                 config=redact({**dict(cfg.items()), **cfg.listener_overrides()}))
+
+    def _listener_securities(self, specs: list[ListenerSpec],
+                             scram: ScramCredentialStore) -> dict[str, ListenerSecurity]:
+        """Each listener's TLS context, principal builder and SASL settings (ConfigError when
+        a key store cannot be loaded), built before anything is bound."""
+        cfg = self.config
+        sasl_module: Any = None
+        if any(s.security_protocol.startswith("SASL_") for s in specs):
+            try:
+                from broker.security import sasl as sasl_module
+            except ImportError as exc:
+                raise ConfigError(f"SASL listeners cannot be served: {exc}") from None
+            self.auth_stats = sasl_module.AuthenticationStats()
+        else:
+            try:
+                from broker.security.sasl import AuthenticationStats
+            except ImportError:
+                pass
+            else:
+                self.auth_stats = AuthenticationStats()
+        out = {}
+        for spec in specs:
+            parts: dict[str, Any] = {}
+            if spec.security_protocol in ("SSL", "SASL_SSL"):
+                parts["ssl_context"] = server_ssl_context(cfg, spec.name)
+                parts["principal_builder"] = principal_builder(cfg, spec.name)
+                self.tls_handshake_failures[spec.name] = 0
+            if spec.security_protocol.startswith("SASL_"):
+                parts["sasl"] = sasl_module.sasl_server_config(cfg, spec.name, scram,
+                                                               self.auth_stats)
+            out[spec.name] = ListenerSecurity(spec.name, spec.security_protocol, **parts)
+        return out
+
+    def _tls_listener(self, spec: ListenerSpec, ctx: ssl.SSLContext,
+                      connection: Callable[[], Connection]) -> _TlsListener:
+        """The handshake gives up after 60 s (asyncio's default), or the idle limit if less."""
+        idle_ms = self.config["connections.max.idle.ms"]
+        timeout = min(60.0, idle_ms / 1000) if idle_ms > 0 else 60.0
+        return _TlsListener(self, spec.name, ctx, connection, timeout)
+
+    def _tls_failed(self, listener: str, peer: str, reason: str) -> None:
+        self.tls_handshake_failures[listener] = self.tls_handshake_failures.get(listener, 0) + 1
+        log.warning("TLS handshake failed", listener=listener, peer=peer, reason=reason)
 
     def _dispatch(self, request: Request) -> HandlerResult:
         return apis.HANDLERS[request.spec.key](self.context, request)
@@ -155,8 +237,8 @@ class Broker:
     async def stop(self) -> None:
         log.info("broker shutting down")
         rm = self.replica_manager
-        if self.server is not None:
-            self.server.close()
+        for server in self.servers.values():
+            server.close()
         if self.channel is not None:
             self.channel.mute_all()
             if self.transactions is not None:
@@ -177,3 +259,107 @@ class Broker:
             rm.shutdown()
         self.log_manager.shutdown()
         log.info("broker stopped cleanly")
+
+
+class _TlsListener:
+    """An SSL or SASL_SSL listener: its own accept loop, each accepted socket handed to
+    ``loop.connect_accepted_socket`` with the listener's TLS context. That call raises when the
+    handshake fails, which is the one place asyncio and uvloop let a server see it (a server
+    made by create_server(ssl=...) drops a failed handshake silently)."""
+
+    def __init__(self, broker: Broker, listener: str, ctx: ssl.SSLContext,
+                 connection: Callable[[], Connection], timeout: float) -> None:
+        self.broker = broker
+        self.listener = listener
+        self.ctx = ctx
+        self.connection = connection
+        self.timeout = timeout
+        self.sockets: list[socket.socket] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def start(self, host: str, port: int) -> int:
+        """Binds as create_server does (every address of ``host``, all interfaces when empty)
+        and starts accepting; returns the first socket's bound port."""
+        loop = asyncio.get_running_loop()
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+        seen = set()
+        try:
+            for family, kind, proto, _name, address in infos:
+                if (family, address) in seen:
+                    continue
+                seen.add((family, address))
+                sock = socket.socket(family, kind, proto)
+                self.sockets.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind(address)
+                sock.listen(128)
+                sock.setblocking(False)
+        except OSError:
+            self.close()
+            raise
+        for sock in self.sockets:
+            self._spawn(self._accept(loop, sock))
+        return self.sockets[0].getsockname()[1]
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _accept(self, loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+        while True:
+            try:
+                client, address = await loop.sock_accept(sock)
+            except OSError as exc:  # out of file descriptors, say: back off, keep serving
+                log.warning("accept failed", listener=self.listener, error=str(exc))
+                await asyncio.sleep(0.1)
+                continue
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            peer = f"{address[0]}:{address[1]}" if isinstance(address, tuple) else "?"
+            self._spawn(self._handshake(loop, client, peer))
+
+    async def _handshake(self, loop: asyncio.AbstractEventLoop, client: socket.socket,
+                         peer: str) -> None:
+        conn: Connection | None = None
+
+        def factory() -> Connection:
+            nonlocal conn
+            conn = self.connection()
+            return conn
+
+        try:
+            tls, _ = await loop.connect_accepted_socket(
+                factory, client, ssl=self.ctx, ssl_handshake_timeout=self.timeout)
+        except asyncio.CancelledError:
+            client.close()
+            raise
+        except (OSError, ValueError, RuntimeError) as exc:
+            # ssl.SSLError (a plaintext client, an untrusted or missing client certificate),
+            # a reset, the handshake timeout.
+            client.close()
+            self.broker._tls_failed(self.listener, peer, _handshake_reason(exc))
+            return
+        # The Connection saw connection_made already; no request of it is read before this
+        # runs (the TLS protocol schedules its first read after waking this task).
+        assert conn is not None
+        try:
+            conn.session.principal = conn.security.principal_builder(
+                tls.get_extra_info("ssl_object"))
+        except ValueError as exc:  # no ssl.principal.mapping.rules rule applies
+            self.broker._tls_failed(self.listener, peer, str(exc))
+            conn.close("TLS client certificate not mapped to a principal")
+
+    def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for sock in self.sockets:
+            sock.close()
+
+
+def _handshake_reason(exc: BaseException) -> str:
+    if isinstance(exc, ssl.SSLError):
+        return exc.reason or str(exc)
+    return str(exc) or exc.__class__.__name__

@@ -19,7 +19,11 @@ class BrokerProcess:
         # Metrics on an ephemeral port by default, so brokers never collide on 9404.
         self.overrides = {"log.dirs": str(data_dir / "logs"),
                           "metrics.listener": "http://127.0.0.1:0/metrics", **(overrides or {})}
-        self.port = 0
+        self.port = 0  # the first listener's bound port
+        # Bound port by listener name. Without a `listeners` override the broker listens on
+        # PLAINTEXT://127.0.0.1; with one, that value is used (port 0 allowed). Either way an
+        # ephemeral port is bound first and kept on a restart.
+        self.ports: dict[str, int] = {}
         self.metrics_port: int | None = None  # None when metrics are off
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir / "broker.log"
@@ -29,10 +33,16 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def bootstrap_for(self, listener: str) -> str:
+        """127.0.0.1:<bound port> of one listener (by name, as in `listeners`)."""
+        return f"127.0.0.1:{self.ports[listener.upper()]}"
+
     def start(self, timeout: float = 30.0) -> BrokerProcess:
-        listen = f"PLAINTEXT://127.0.0.1:{self.port}"
-        args = [sys.executable, "-m", "broker", "--override", f"listeners={listen}"]
-        for k, v in self.overrides.items():
+        overrides = {"listeners": f"PLAINTEXT://127.0.0.1:{self.port}", **self.overrides}
+        overrides["listeners"] = ",".join(self._keep_port(e)
+                                          for e in overrides["listeners"].split(","))
+        args = [sys.executable, "-m", "broker"]
+        for k, v in overrides.items():
             args += ["--override", f"{k}={v}"]
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
@@ -44,12 +54,20 @@ class BrokerProcess:
             for line in self.new_log_lines():
                 if line.get("event") == "broker started":
                     self.port = line["port"]
+                    self.ports = dict(line.get("listeners") or {"PLAINTEXT": self.port})
                     self.metrics_port = line.get("metrics_port")
                     return self
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_text()}")
             time.sleep(0.05)
         raise TimeoutError(f"broker did not start:\n{self.log_text()}")
+
+    def _keep_port(self, entry: str) -> str:
+        """NAME://host:0 -> NAME://host:<the port bound before>, so a restart keeps it."""
+        name, sep, rest = entry.strip().partition("://")
+        host, _, port = rest.rpartition(":")
+        bound = self.ports.get(name.upper())
+        return f"{name}://{host}:{bound}" if sep and port == "0" and bound else entry.strip()
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
