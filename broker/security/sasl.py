@@ -36,6 +36,7 @@ from broker.security.jaas import server_login_module
 from broker.security.principal import USER_TYPE, KafkaPrincipal, Session
 from broker.security.scram import MECHANISMS as SCRAM_MECHANISMS
 from broker.security.scram import ScramCredentialStore, ScramMechanism
+from protocol.errors import ErrorCode
 from protocol.registry import APIS
 
 if TYPE_CHECKING:
@@ -49,10 +50,9 @@ PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 NO_MECHANISM = "NONE"  # the stats' mechanism label for failures before one was chosen
 
-# Kafka's codes, until protocol.errors names them.
-UNSUPPORTED_SASL_MECHANISM = 33
-ILLEGAL_SASL_STATE = 34
-SASL_AUTHENTICATION_FAILED = 58
+UNSUPPORTED_SASL_MECHANISM = ErrorCode.UNSUPPORTED_SASL_MECHANISM
+ILLEGAL_SASL_STATE = ErrorCode.ILLEGAL_SASL_STATE
+SASL_AUTHENTICATION_FAILED = ErrorCode.SASL_AUTHENTICATION_FAILED
 
 SASL_HANDSHAKE_KEY = 17
 SASL_AUTHENTICATE_KEY = 36

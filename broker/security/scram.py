@@ -19,11 +19,10 @@ from typing import Protocol
 from broker.metadata import MetadataStore
 from protocol.errors import ErrorCode
 
-# Kafka's codes, until protocol.errors names them.
-UNSUPPORTED_SASL_MECHANISM = 33
-RESOURCE_NOT_FOUND = 91
-DUPLICATE_RESOURCE = 92
-UNACCEPTABLE_CREDENTIAL = 93
+UNSUPPORTED_SASL_MECHANISM = ErrorCode.UNSUPPORTED_SASL_MECHANISM
+RESOURCE_NOT_FOUND = ErrorCode.RESOURCE_NOT_FOUND
+DUPLICATE_RESOURCE = ErrorCode.DUPLICATE_RESOURCE
+UNACCEPTABLE_CREDENTIAL = ErrorCode.UNACCEPTABLE_CREDENTIAL
 
 
 @dataclass(frozen=True, slots=True)
