@@ -491,8 +491,8 @@ class SslPrincipalMapper:
     replacement, then lower or upper case); the first rule that applies names the user."""
 
     def __init__(self, rules: str | None) -> None:
-        self.rules = [r for r in (_parse_rule(text) for text in _split_rules(rules or "DEFAULT"))
-                      if r is not None]
+        texts = _split_rules("DEFAULT" if rules is None else rules)  # "": no rule at all
+        self.rules = [r for r in map(_parse_rule, texts) if r is not None]
 
     def get_name(self, dn: str) -> str:
         for rule in self.rules:
