@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from kafka.protocol.admin import (
     AlterConfigsRequest,
     AlterConfigsResponse,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
     CreateAclsRequest,
     CreateAclsResponse,
     CreatePartitionsRequest,
@@ -42,6 +44,8 @@ from kafka.protocol.admin import (
     DescribeTopicPartitionsResponse,
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     ListGroupsRequest,
@@ -95,6 +99,12 @@ from kafka.protocol.producer import (
     TxnOffsetCommitResponse,
     WriteTxnMarkersRequest,
     WriteTxnMarkersResponse,
+)
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
 )
 
 
@@ -175,6 +185,10 @@ APIS: dict[int, ApiSpec] = {
         _spec(0, 3, DescribeAclsRequest, DescribeAclsResponse),
         _spec(0, 3, CreateAclsRequest, CreateAclsResponse),
         _spec(0, 3, DeleteAclsRequest, DeleteAclsResponse),
+        _spec(0, 1, SaslHandshakeRequest, SaslHandshakeResponse),
+        _spec(0, 2, SaslAuthenticateRequest, SaslAuthenticateResponse),
+        _spec(0, 0, DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse),
+        _spec(0, 0, AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse),
     )
 }
 

@@ -4,6 +4,7 @@ from broker.apis import (
     add_offsets_to_txn,
     add_partitions_to_txn,
     alter_configs,
+    alter_user_scram_credentials,
     api_versions,
     create_acls,
     create_partitions,
@@ -20,6 +21,7 @@ from broker.apis import (
     describe_producers,
     describe_topic_partitions,
     describe_transactions,
+    describe_user_scram_credentials,
     end_txn,
     fetch,
     find_coordinator,
@@ -37,6 +39,8 @@ from broker.apis import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
     sync_group,
     txn_offset_commit,
     write_txn_markers,
@@ -83,6 +87,10 @@ HANDLERS = {
     29: describe_acls.handle,
     30: create_acls.handle,
     31: delete_acls.handle,
+    17: sasl_handshake.handle,
+    36: sasl_authenticate.handle,
+    50: describe_user_scram_credentials.handle,
+    51: alter_user_scram_credentials.handle,
 }
 
 assert set(HANDLERS) == set(APIS), "every served API needs a handler"
