@@ -102,7 +102,8 @@ class Connection(asyncio.Protocol):
         # the request path makes per frame; off once authenticated without a session lifetime)
         self.auth: SaslAuthenticator | None = None
         self._gated = False
-        self._sasl_waiting = False  # the SASL mute is set: dispatch again once answered
+        # Dispatch again when nothing is in flight: serial mode, or the SASL mute is set.
+        self._wake_when_idle = serial
         if security.uses_sasl and security.sasl is not None:
             self.auth = SaslAuthenticator(security.sasl, self.session, self.peer,
                                           on_authenticated=self._authenticated)
@@ -219,7 +220,7 @@ class Connection(asyncio.Protocol):
             if (len(frame) >= 2 and _KEY.unpack_from(frame)[0] == SASL_HANDSHAKE_KEY
                     and auth.may_reauthenticate()):
                 if self.inflight:  # the answers before it go first
-                    self._sasl_waiting = True
+                    self._wake_when_idle = True
                     self.set_mute(MuteReason.SASL)
                     return _STOP
                 auth.begin_reauthentication()
@@ -232,7 +233,7 @@ class Connection(asyncio.Protocol):
                 return _STOP
             return _PARSE
         if self.inflight:
-            self._sasl_waiting = True
+            self._wake_when_idle = True
             self.set_mute(MuteReason.SASL)
             return _STOP
         if auth.raw:  # after SaslHandshake v0: a bare token, answered bare, in order
@@ -335,8 +336,8 @@ class Connection(asyncio.Protocol):
         self.inflight -= 1
         if self.inflight < MAX_INFLIGHT_PER_CONNECTION:
             self.clear_mute(MuteReason.INFLIGHT)
-        if not self.inflight and (self.serial or self._sasl_waiting):
-            self._sasl_waiting = False
+        if self._wake_when_idle and not self.inflight:
+            self._wake_when_idle = self.serial
             self.clear_mute(MuteReason.SERIAL | MuteReason.SASL)
             self._dispatch()
 
