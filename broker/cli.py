@@ -55,7 +55,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mini-broker: {exc}", file=sys.stderr)
         return 2
     configure(config["log.level"], config["log.format"])
-    uvloop.run(_serve(config))
+    try:
+        uvloop.run(_serve(config))
+    except ConfigError as exc:  # found only at start: a key store that cannot be loaded
+        print(f"mini-broker: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
