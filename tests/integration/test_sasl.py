@@ -199,7 +199,7 @@ def test_kafka_python_wrong_password_gets_sasl_authentication_failed(admin, brok
     """kafka-python gives up bootstrapping; each attempt's error is Kafka's error 58."""
     with caplog.at_level(logging.WARNING, logger="kafka"), pytest.raises(KafkaTimeoutError):
         KafkaProducer(**kafka_python(broker, "SCRAM-SHA-512", "alice", "wrong-kp-pw"),
-                      max_block_ms=3000)
+                      bootstrap_timeout_ms=5000)
     assert any("SaslAuthenticationFailedError" in r.getMessage()
                and "invalid credentials with SASL mechanism SCRAM-SHA-512" in r.getMessage()
                for r in caplog.records)
