@@ -543,8 +543,8 @@ def tls_cost(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         out.append({"scenario": "tls_cost", "workload": workload, "figure": label, "key": key,
                     "higher_is_better": higher,
-                    "plaintext": statistics.median(by["plaintext"].values()),
-                    "sasl_ssl": statistics.median(by["sasl_ssl"].values()),
+                    "plaintext": round(statistics.median(by["plaintext"].values()), 3),
+                    "sasl_ssl": round(statistics.median(by["sasl_ssl"].values()), 3),
                     "ratio_sasl_ssl_over_plaintext":
                         round(statistics.median(ratios), 4) if ratios else None,
                     "runs": len(ratios)})
