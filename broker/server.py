@@ -323,16 +323,9 @@ class _TlsListener:
 
     async def _handshake(self, loop: asyncio.AbstractEventLoop, client: socket.socket,
                          peer: str) -> None:
-        conn: Connection | None = None
-
-        def factory() -> Connection:
-            nonlocal conn
-            conn = self.connection()
-            return conn
-
         try:
-            tls, _ = await loop.connect_accepted_socket(
-                factory, client, ssl=self.ctx, ssl_handshake_timeout=self.timeout)
+            await loop.connect_accepted_socket(
+                self.connection, client, ssl=self.ctx, ssl_handshake_timeout=self.timeout)
         except asyncio.CancelledError:
             client.close()
             raise
@@ -341,16 +334,8 @@ class _TlsListener:
             # a reset, the handshake timeout.
             client.close()
             self.broker._tls_failed(self.listener, peer, _handshake_reason(exc))
-            return
-        # The Connection saw connection_made already; no request of it is read before this
-        # runs (the TLS protocol schedules its first read after waking this task).
-        assert conn is not None
-        try:
-            conn.session.principal = conn.security.principal_builder(
-                tls.get_extra_info("ssl_object"))
-        except ValueError as exc:  # no ssl.principal.mapping.rules rule applies
-            self.broker._tls_failed(self.listener, peer, str(exc))
-            conn.close("TLS client certificate not mapped to a principal")
+        # On success the Connection took its principal from the certificate in
+        # connection_made (a mapping failure closes it there).
 
     def close(self) -> None:
         for task in list(self._tasks):

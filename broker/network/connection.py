@@ -122,10 +122,24 @@ class Connection(asyncio.Protocol):
             transport.close()
             return
         log.info("connection opened", peer=self.peer, channel=self.channel_id)
+        if self.security.ssl_context is not None and not self._tls_principal(transport):
+            return
         if self.auth is not None:
             self.auth.peer = self.peer
         elif self.security.uses_sasl:
             self.close(f"listener {self.security.name} has no SASL settings")
+
+    def _tls_principal(self, transport: asyncio.BaseTransport) -> bool:
+        """The principal of the client's certificate, taken here because the TLS handshake is
+        done and the client's first request may arrive in the same read as its last handshake
+        message. False (closed) when no ssl.principal.mapping.rules rule applies, as Kafka."""
+        try:
+            self.session.principal = self.security.principal_builder(
+                transport.get_extra_info("ssl_object"))
+        except ValueError as exc:
+            self.close(f"TLS client certificate not mapped to a principal: {exc}")
+            return False
+        return True
 
     def data_received(self, data: bytes) -> None:
         if self.closed:

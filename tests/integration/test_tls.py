@@ -246,3 +246,56 @@ def test_restart_keeps_every_listener_port(tls_broker: BrokerProcess, pki):
     assert tls_broker.ports == before
     assert _metadata_broker(tls_broker.bootstrap_for("SSL"), _ssl(pki)) == (
         "localhost", before["SSL"])
+
+
+def test_mtls_principal_from_the_certificate_is_what_acls_see(broker_factory, pki):
+    """The certificate's DN, mapped by ssl.principal.mapping.rules, is the principal the
+    authorizer judges, from the client's first request on: alice's certificate may write the
+    topic, bob's (same CA, same listener) is refused with TOPIC_AUTHORIZATION_FAILED."""
+    from confluent_kafka import KafkaError, Producer
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    server = pki.server()
+    broker = broker_factory({
+        "listeners": "PLAINTEXT://127.0.0.1:0,MTLS://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,MTLS:SSL",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(server.keystore),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(pki.ca_path),
+        "ssl.client.auth": "required",
+        "ssl.principal.mapping.rules": "RULE:^CN=([^,]*),OU=eng$/$1/L,DEFAULT",
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:ANONYMOUS",  # the PLAINTEXT admin below
+    })
+    topic = unique_topic("mtls-acl")
+    create_topic(broker.bootstrap, topic)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "broker.address.family": "v4"})
+    binding = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice",
+                         "*", AclOperation.WRITE, AclPermissionType.ALLOW)
+    admin.create_acls([binding])[binding].result(timeout=15)
+
+    def produce(who: Issued) -> object:
+        outcome: list = []
+        producer = Producer({"bootstrap.servers": broker.bootstrap_for("MTLS"),
+                             "broker.address.family": "v4", "message.timeout.ms": 15000,
+                             **_ssl(pki, who)})
+        producer.produce(topic, b"v", partition=0,
+                         on_delivery=lambda err, msg: outcome.append(err or msg.offset()))
+        producer.flush(20)
+        assert len(outcome) == 1, "no delivery report"
+        return outcome[0]
+
+    assert produce(pki.client("alice", CN="Alice", OU="eng")) == 0
+    refused = produce(pki.client("bob", CN="bob", OU="eng"))
+    assert isinstance(refused, KafkaError)
+    assert refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    denials = [e for e in broker.new_log_lines() if e.get("event") == "authorization denied"]
+    assert {e["principal"] for e in denials} == {"User:bob"}, denials
