@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from broker.network.request import Request
 
 Result = CreateAclsResponse.AclCreationResult
-SECURITY_DISABLED = 54  # Kafka's SecurityDisabledException
 
 
 def handle(ctx: ApiContext, request: Request) -> CreateAclsResponse:
@@ -43,7 +42,7 @@ def handle(ctx: ApiContext, request: Request) -> CreateAclsResponse:
         return _all(len(bindings), ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                     "Request CreateAcls is not authorized.")
     if not ctx.authorizer.enabled:
-        return _all(len(bindings), SECURITY_DISABLED, "No Authorizer is configured.")
+        return _all(len(bindings), ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.")
     results = ctx.authorizer.create_acls(bindings)
     return CreateAclsResponse(throttle_time_ms=0, results=[
         Result(error_code=0, error_message=None) if error is None else

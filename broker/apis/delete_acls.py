@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 
 FilterResult = DeleteAclsResponse.DeleteAclsFilterResult
 MatchingAcl = FilterResult.DeleteAclsMatchingAcl
-SECURITY_DISABLED = 54  # Kafka's SecurityDisabledException
 
 log = structlog.get_logger("broker.security")
 
@@ -45,7 +44,7 @@ def handle(ctx: ApiContext, request: Request) -> DeleteAclsResponse:
         return _all(len(filters), ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                     "Request DeleteAcls is not authorized.")
     if not ctx.authorizer.enabled:
-        return _all(len(filters), SECURITY_DISABLED, "No Authorizer is configured.")
+        return _all(len(filters), ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.")
     try:
         deleted = ctx.authorizer.delete_acls(filters)
     except Exception:  # the metadata file could not be written: nothing was removed

@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 
 Resource = DescribeAclsResponse.DescribeAclsResource
 Description = Resource.AclDescription
-SECURITY_DISABLED = 54  # Kafka's SecurityDisabledException
 
 
 def handle(ctx: ApiContext, request: Request) -> DescribeAclsResponse:
@@ -46,7 +45,7 @@ def handle(ctx: ApiContext, request: Request) -> DescribeAclsResponse:
         return _error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                       "Request DescribeAcls is not authorized.")
     if not ctx.authorizer.enabled:
-        return _error(SECURITY_DISABLED, "No Authorizer is configured on the broker")
+        return _error(ErrorCode.SECURITY_DISABLED, "No Authorizer is configured on the broker")
     return DescribeAclsResponse(throttle_time_ms=0, error_code=0, error_message=None,
                                 resources=resources(ctx.authorizer.describe_acls(acl_filter)))
 
