@@ -713,6 +713,16 @@ class BrokerCollector(Collector):
         for listener, n in sorted((m.tls_failures or {}).items()):
             auth.add_metric([listener, "SSL", "failure"], n)
         yield auth
+        reauth = CounterMetricFamily(
+            f"{PREFIX}_reauthentications", "Re-authentications on an authenticated connection "
+            "(connections.max.reauth.ms), by listener, mechanism and result.",
+            labels=["listener", "mechanism", "result"])
+        if m.auth_stats is not None:
+            for result, counts in (("success", m.auth_stats.reauth_successes),
+                                   ("failure", m.auth_stats.reauth_failures)):
+                for (listener, mechanism), n in sorted(counts.items()):
+                    reauth.add_metric([listener, mechanism, result], n)
+        yield reauth
         denied = CounterMetricFamily(
             f"{PREFIX}_authorization_denials", "Requests or parts of requests the authorizer "
             "denied, by operation and resource type.", labels=["operation", "resource_type"])

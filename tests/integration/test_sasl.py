@@ -11,9 +11,11 @@ on the same connection (KIP-368) while producing across several session lifetime
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import struct
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 
@@ -265,6 +267,12 @@ def test_reauthentication_across_several_session_lifetimes(tmp_path):
         assert by_mechanism["SCRAM-SHA-512"] >= 2 and by_mechanism["PLAIN"] >= 2, by_mechanism
         assert not [e for e in lines if e.get("reason") == "SASL session expired"
                     and e.get("principal") == "User:alice"]
+        url = f"http://127.0.0.1:{b.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            exposition = resp.read().decode()
+        counted = re.search(r'minibroker_reauthentications_total\{listener="SASL_PLAINTEXT",'
+                            r'mechanism="SCRAM-SHA-512",result="success"\} (\d+)', exposition)
+        assert counted and int(counted.group(1)) >= by_mechanism["SCRAM-SHA-512"], exposition
         # a deleted SCRAM credential refuses the next login
         admin.alter_user_scram_credentials([UserScramCredentialDeletion(
             "alice", ScramMechanism.SCRAM_SHA_512)])["alice"].result(WAIT_S)
