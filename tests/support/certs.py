@@ -1,148 +1,52 @@
-"""Certificates for the TLS tests, made fresh per test run with the `cryptography` package.
+"""A PKI for the secured-broker tests and benchmarks, and the broker's and clients' settings.
 
-A throw-away CA signs a broker certificate for 127.0.0.1 and localhost (SAN IP and DNS, so
+The certificates come from tests/support/tls_certs.py's CertAuthority (the one certificate
+maker): a throw-away CA, a broker certificate for 127.0.0.1 and localhost (SAN IP and DNS, so
 clients that verify the host name accept it) and client certificates with chosen
-distinguished names (for mTLS and ssl.principal.mapping.rules). Everything is written as PEM,
-the format Kafka's `ssl.keystore.type=PEM` reads: one file holding the unencrypted PKCS#8 key
-and the certificate chain (the keystore), one holding the CA (the truststore).
+distinguished names, as PEM files: a keystore (unencrypted PKCS#8 key + chain) and the CA
+(the truststore), the format Kafka's `ssl.keystore.type=PEM` reads.
 """
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from tests.support.tls_certs import CertAuthority, Issued, dn
 
-# P-256: key generation is instant, where RSA 2048 costs ~50 ms a key; every client here speaks it.
-_CURVE = ec.SECP256R1()
-
-
-@dataclass(frozen=True)
-class Identity:
-    """A key and certificate chain as PEM text and files."""
-
-    key_pem: str  # PKCS#8, unencrypted
-    cert_pem: str  # leaf first, then the CA
-    key_path: Path
-    cert_path: Path
-    keystore_path: Path  # key + chain in one file, as ssl.keystore.location with type PEM
-    subject: str  # RFC 4514 (what Java's X500Principal.getName() prints for these names)
+# A key and certificate chain as PEM text and files (key_pem, chain_pem, key, cert, keystore,
+# subject): what CertAuthority issues.
+Identity = Issued
 
 
 @dataclass(frozen=True)
 class Pki:
-    dir: Path
-    ca_pem: str
-    ca_path: Path  # the truststore: ssl.truststore.location / ssl.ca.location / cafile
-    ca_key: ec.EllipticCurvePrivateKey
-    ca_cert: x509.Certificate
+    ca: CertAuthority
     broker: Identity
+
+    @property
+    def dir(self) -> Path:
+        return self.ca.dir
+
+    @property
+    def ca_pem(self) -> str:
+        return self.ca.ca_pem
+
+    @property
+    def ca_path(self) -> Path:  # the truststore: ssl.truststore.location / ssl.ca.location
+        return self.ca.ca_path
 
     def client(self, name: str, subject: dict[str, str] | None = None) -> Identity:
         """A client certificate signed by the CA; subject attributes by short name (CN, OU,
         O, L, ST, C), CN=<name> when none are given."""
-        attrs = subject or {"CN": name}
-        cert, key = _issue(self.ca_cert, self.ca_key, _name(attrs), server=False)
-        return _write(self.dir, name, key, cert, self.ca_cert)
-
-
-_OIDS = {"CN": NameOID.COMMON_NAME, "OU": NameOID.ORGANIZATIONAL_UNIT_NAME,
-         "O": NameOID.ORGANIZATION_NAME, "L": NameOID.LOCALITY_NAME,
-         "ST": NameOID.STATE_OR_PROVINCE_NAME, "C": NameOID.COUNTRY_NAME}
-
-
-def _name(attrs: dict[str, str]) -> x509.Name:
-    """Attributes in the order given are the DN's most significant first, as in openssl's
-    -subj; RFC 4514 text lists them in reverse (CN first when it was given last)."""
-    return x509.Name([x509.NameAttribute(_OIDS[k], v) for k, v in attrs.items()])
-
-
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> str:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption()).decode()
-
-
-def _pem_cert(cert: x509.Certificate) -> str:
-    return cert.public_bytes(serialization.Encoding.PEM).decode()
-
-
-def _validity() -> tuple[datetime.datetime, datetime.datetime]:
-    now = datetime.datetime.now(datetime.UTC)
-    return now - datetime.timedelta(hours=1), now + datetime.timedelta(days=2)
-
-
-def _issue(ca_cert: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, subject: x509.Name,
-           server: bool) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    key = ec.generate_private_key(_CURVE)
-    start, end = _validity()
-    builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca_cert.subject)
-               .public_key(key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(start).not_valid_after(end)
-               .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-               .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False,
-                                            content_commitment=False, data_encipherment=False,
-                                            key_agreement=True, key_cert_sign=False,
-                                            crl_sign=False, encipher_only=False,
-                                            decipher_only=False), critical=True)
-               .add_extension(x509.ExtendedKeyUsage(
-                   [ExtendedKeyUsageOID.SERVER_AUTH if server
-                    else ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-               .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
-                   ca_key.public_key()), critical=False)
-               .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
-                              critical=False))
-    if server:
-        builder = builder.add_extension(x509.SubjectAlternativeName([
-            x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
-            critical=False)
-    return builder.sign(ca_key, hashes.SHA256()), key
-
-
-def _write(directory: Path, name: str, key: ec.EllipticCurvePrivateKey,
-           cert: x509.Certificate, ca: x509.Certificate) -> Identity:
-    key_pem, chain = _pem_key(key), _pem_cert(cert) + _pem_cert(ca)
-    key_path, cert_path = directory / f"{name}.key", directory / f"{name}.crt"
-    keystore = directory / f"{name}.keystore.pem"
-    key_path.write_text(key_pem)
-    cert_path.write_text(chain)
-    keystore.write_text(key_pem + chain)
-    for p in (key_path, keystore):
-        p.chmod(0o600)
-    return Identity(key_pem, chain, key_path, cert_path, keystore,
-                    cert.subject.rfc4514_string())
+        return self.ca.issue(name, dn(subject or {"CN": name}))
 
 
 def make_pki(directory: Path, broker_subject: dict[str, str] | None = None) -> Pki:
     """A CA and a broker certificate for 127.0.0.1/localhost, as PEM files in `directory`."""
-    directory.mkdir(parents=True, exist_ok=True)
-    ca_key = ec.generate_private_key(_CURVE)
-    ca_name = _name({"O": "mini-broker tests", "CN": "mini-broker test CA"})
-    start, end = _validity()
-    ca_cert = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-               .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(start).not_valid_after(end)
-               .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-               .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False,
-                                            content_commitment=False, data_encipherment=False,
-                                            key_agreement=False, key_cert_sign=True,
-                                            crl_sign=True, encipher_only=False,
-                                            decipher_only=False), critical=True)
-               .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()),
-                              critical=False)
-               .sign(ca_key, hashes.SHA256()))
-    ca_pem = _pem_cert(ca_cert)
-    ca_path = directory / "ca.crt"
-    ca_path.write_text(ca_pem)
-    cert, key = _issue(ca_cert, ca_key, _name(broker_subject or {"CN": "localhost"}),
-                       server=True)
-    broker = _write(directory, "broker", key, cert, ca_cert)
-    return Pki(directory, ca_pem, ca_path, ca_key, ca_cert, broker)
+    ca = CertAuthority(directory)
+    broker = ca.issue("broker", dn(broker_subject or {"CN": "localhost"}), server=True)
+    return Pki(ca, broker)
 
 
 def broker_ssl_overrides(pki: Pki, listener: str | None = None,
@@ -150,7 +54,7 @@ def broker_ssl_overrides(pki: Pki, listener: str | None = None,
     """Broker keys for a PEM keystore file and a PEM truststore file, per listener when
     `listener` is given (`listener.name.<name lower-case>.ssl.*`)."""
     prefix = f"listener.name.{listener.lower()}." if listener else ""
-    keys = {"ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki.broker.keystore_path),
+    keys = {"ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki.broker.keystore),
             "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca_path)}
     if client_auth:
         keys["ssl.client.auth"] = client_auth
