@@ -95,3 +95,10 @@ class KafkaError(Exception):
         # Produce only: (index of the record in its batch, why it was refused), as Kafka's
         # RecordValidationException lists them in the partition's record_errors.
         self.record_errors = record_errors or []
+
+
+class InvalidRequest(Exception):
+    """A request that decoded but that Kafka's own parser refuses (Kafka's
+    InvalidRequestException while building the request, e.g. UNKNOWN codes in an ACL filter):
+    Kafka closes the connection without an answer, and so does the broker, logged once as bad
+    input rather than as a failure inside the broker."""

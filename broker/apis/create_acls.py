@@ -22,7 +22,7 @@ from broker.acl import (
     PatternType,
     ResourceType,
 )
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, InvalidRequest
 
 if TYPE_CHECKING:
     from broker.context import ApiContext
@@ -36,7 +36,7 @@ def handle(ctx: ApiContext, request: Request) -> CreateAclsResponse:
     bindings = [binding(c) for c in creations]
     for b in bindings:
         if unknown_element(b):
-            raise ValueError(f"CreateAcls: creations contain unknown elements: {b}")
+            raise InvalidRequest(f"CreateAcls: creations contain unknown elements: {b}")
     if not ctx.authorizer.authorize(request.connection.session, AclOperation.ALTER,
                                     ResourceType.CLUSTER, CLUSTER_NAME):
         return _all(len(bindings), ErrorCode.CLUSTER_AUTHORIZATION_FAILED,

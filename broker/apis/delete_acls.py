@@ -22,7 +22,7 @@ from broker.acl import (
     PatternType,
     ResourceType,
 )
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, InvalidRequest
 
 if TYPE_CHECKING:
     from broker.context import ApiContext
@@ -38,7 +38,7 @@ def handle(ctx: ApiContext, request: Request) -> DeleteAclsResponse:
     filters = [acl_filter(f) for f in request.body.filters]
     for f in filters:
         if f.is_unknown():
-            raise ValueError(f"DeleteAcls: filters contain unknown elements: {f}")
+            raise InvalidRequest(f"DeleteAcls: filters contain unknown elements: {f}")
     if not ctx.authorizer.authorize(request.connection.session, AclOperation.ALTER,
                                     ResourceType.CLUSTER, CLUSTER_NAME):
         return _all(len(filters), ErrorCode.CLUSTER_AUTHORIZATION_FAILED,

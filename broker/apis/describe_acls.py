@@ -22,7 +22,7 @@ from broker.acl import (
     PatternType,
     ResourceType,
 )
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, InvalidRequest
 
 if TYPE_CHECKING:
     from broker.context import ApiContext
@@ -39,7 +39,7 @@ def handle(ctx: ApiContext, request: Request) -> DescribeAclsResponse:
         PatternType(req.pattern_type_filter), req.principal_filter, req.host_filter,
         AclOperation(req.operation), AclPermissionType(req.permission_type))
     if acl_filter.is_unknown():
-        raise ValueError(f"DescribeAcls: the filter contains unknown elements: {acl_filter}")
+        raise InvalidRequest(f"DescribeAcls: the filter contains unknown elements: {acl_filter}")
     if not ctx.authorizer.authorize(request.connection.session, AclOperation.DESCRIBE,
                                     ResourceType.CLUSTER, CLUSTER_NAME):
         return _error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,

@@ -33,6 +33,7 @@ from broker.network.connection import MuteReason
 from broker.network.memory import MemoryBudget
 from broker.network.quotas import ConnectionQuotas
 from broker.network.request import Request
+from protocol.errors import InvalidRequest
 from protocol.framing import encode_response
 from protocol.registry import API_VERSIONS_KEY, FETCH_KEY, JOIN_GROUP_KEY, SYNC_GROUP_KEY
 
@@ -280,8 +281,12 @@ class RequestChannel:
         }
 
     def _fail(self, request: Request, exc: BaseException) -> None:
-        log.error("request failed", api=request.spec.name, version=request.version,
-                  exc_info=exc)
+        if isinstance(exc, InvalidRequest):  # bad input, refused as Kafka's parser refuses it
+            request.connection.close(
+                f"malformed {request.spec.name} v{request.version} request: {exc}")
+        else:
+            log.error("request failed", api=request.spec.name, version=request.version,
+                      exc_info=exc)
         if request.stats is not None:
             request.stats.failed()
             request.stats = None  # counted; no latency for a request that got no answer

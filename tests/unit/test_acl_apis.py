@@ -18,7 +18,7 @@ from kafka.protocol.admin import CreateAclsRequest, DeleteAclsRequest, DescribeA
 from broker.acl import AclOperation, AclPermissionType, PatternType, ResourceType
 from broker.apis import create_acls, delete_acls, describe_acls
 from broker.security.principal import KafkaPrincipal, Session
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, InvalidRequest
 from tests.support.components import CLIENT_PEER, Components, build, parse, wire_roundtrip
 
 STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
@@ -178,7 +178,8 @@ async def test_each_creation_is_judged_alone(acls_on: Components) -> None:
 
 @pytest.mark.parametrize("handler", ["create", "describe", "delete"])
 async def test_unknown_codes_close_the_connection(acls_on: Components, handler: str) -> None:
-    """Kafka cannot read such a request and closes the connection; raising does that here."""
+    """Kafka cannot read such a request and closes the connection; InvalidRequest does that
+    here (the channel closes the connection as for bad input)."""
     if handler == "create":
         request: Any = CreateAclsRequest[3](creations=[
             creation(R.TOPIC, "t", "User:a", Op.READ), creation(R.TOPIC, "t", "User:a", Op(0))])
@@ -189,7 +190,7 @@ async def test_unknown_codes_close_the_connection(acls_on: Components, handler: 
     else:
         request = DeleteAclsRequest[3](filters=[delete_filter(ptype=P(0))])
         handle = delete_acls.handle
-    with pytest.raises(ValueError, match="unknown elements"):
+    with pytest.raises(InvalidRequest, match="unknown elements"):
         call(acls_on, handle, request)
     assert acls_on.metadata.acls == []
 
