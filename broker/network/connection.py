@@ -328,8 +328,23 @@ class Connection(asyncio.Protocol):
                 stats.sent(request.received, request.ready, request.write_started,
                            time.monotonic())
         if request.close_after:  # a failed authentication: its answer is out, now close
-            self.close_quietly()
+            self._close_after_answer()
         self._done_one()
+
+    def _close_after_answer(self) -> None:
+        """Half-close first, close a second later: closing at once while client bytes wait
+        unread makes the kernel send a reset, which can discard the answer still in the
+        client's receive buffer, so the client would see a dropped connection instead of
+        Kafka's error. A TLS transport cannot half-close; it closes at once."""
+        transport = self.transport
+        if self.closed or transport is None:
+            return
+        if not transport.can_write_eof():
+            self.close_quietly()
+            return
+        self.closed = True  # nothing more is read or answered
+        transport.write_eof()
+        asyncio.get_running_loop().call_later(1.0, transport.close)
 
     # -- write flow: the transport's buffer passed its high-water mark, then drained ---------
     def pause_writing(self) -> None:

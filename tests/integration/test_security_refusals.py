@@ -88,6 +88,7 @@ class Steady:
     read: list[bytes] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
+    flushed: threading.Event = field(default_factory=threading.Event)  # the producer is done
     threads: list[threading.Thread] = field(default_factory=list)
 
     def start(self) -> Steady:
@@ -113,6 +114,7 @@ class Steady:
             producer.poll(0.02)
             i += 1
         producer.flush(WAIT_S)
+        self.flushed.set()
 
     def _consume(self) -> None:
         consumer = Consumer({**self.conf, "group.id": "sec-steady", "enable.auto.commit": True,
@@ -129,7 +131,9 @@ class Steady:
                     self.errors.append(f"consume: {msg.error()}")
             if self.stop.is_set():
                 drain_until = drain_until or time.monotonic() + WAIT_S
-                if set(self.acked) <= set(self.read) or time.monotonic() > drain_until:
+                # Only once the producer has flushed: an acknowledgement can still arrive.
+                caught_up = self.flushed.is_set() and set(self.acked) <= set(self.read)
+                if caught_up or time.monotonic() > drain_until:
                     break
         consumer.close()
 

@@ -331,6 +331,15 @@ class Transport(asyncio.Transport):
     def get_write_buffer_size(self) -> int:
         return 0
 
+    half_close = False  # a TCP transport can send its end of stream first; a TLS one cannot
+    eof = False
+
+    def can_write_eof(self) -> bool:
+        return self.half_close
+
+    def write_eof(self) -> None:
+        self.eof = True
+
     def close(self) -> None:
         self.closed = True
 
@@ -501,6 +510,19 @@ def test_wrong_password_answers_then_closes(store):
     [line] = [e for e in logs if e["log_level"] == "warning"]
     assert line["mechanism"] == "PLAIN" and "not-her-password" not in repr(logs)
     assert client.conn.auth.config.stats.failures == {(LISTENER, "PLAIN"): 1}
+
+
+async def test_failed_answer_is_followed_by_end_of_stream_then_close(store):
+    """On TCP the answer is followed by a half-close and the socket is closed a second later,
+    so client bytes still unread cannot make the kernel reset the answer away."""
+    client = Client(sasl_config(store))
+    client.transport.half_close = True
+    resp = client.plain("alice", "not-her-password")
+    assert resp.error_code == SASL_AUTHENTICATION_FAILED
+    assert client.transport.eof and not client.transport.closed
+    assert client.conn.closed  # nothing more is read or answered meanwhile
+    await asyncio.sleep(1.2)
+    assert client.transport.closed
 
 
 def test_scram_failure_gets_kafkas_generic_message(store):
