@@ -332,19 +332,17 @@ class Connection(asyncio.Protocol):
         self._done_one()
 
     def _close_after_answer(self) -> None:
-        """Half-close first, close a second later: closing at once while client bytes wait
-        unread makes the kernel send a reset, which can discard the answer still in the
-        client's receive buffer, so the client would see a dropped connection instead of
-        Kafka's error. A TLS transport cannot half-close; it closes at once."""
+        """A failed authentication's answer is out: read nothing more, and close after
+        connection.failed.authentication.delay.ms, as Kafka delays it. Closing at once can put
+        the end of the stream (or a reset, with client bytes unread) right behind the answer,
+        and a client may then see a dropped connection instead of Kafka's error."""
+        delay_ms = self.auth.config.failed_close_delay_ms if self.auth is not None else 0
         transport = self.transport
-        if self.closed or transport is None:
-            return
-        if not transport.can_write_eof():
+        if self.closed or transport is None or delay_ms <= 0:
             self.close_quietly()
             return
-        self.closed = True  # nothing more is read or answered
-        transport.write_eof()
-        asyncio.get_running_loop().call_later(1.0, transport.close)
+        self.closed = True
+        asyncio.get_running_loop().call_later(delay_ms / 1000, transport.close)
 
     # -- write flow: the transport's buffer passed its high-water mark, then drained ---------
     def pause_writing(self) -> None:

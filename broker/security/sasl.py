@@ -97,6 +97,9 @@ class SaslServerConfig:
     scram: ScramCredentialStore | None = None
     reauth_ms: int = 0  # connections.max.reauth.ms; 0: sessions never expire
     max_receive_size: int = 524288  # sasl.server.max.receive.size
+    # connection.failed.authentication.delay.ms: the failed answer goes out at once, the close
+    # follows this much later, so the client reads the answer before the end of the stream.
+    failed_close_delay_ms: int = 100
     stats: AuthenticationStats = field(default_factory=AuthenticationStats)
     clock: Callable[[], float] = field(default=time.monotonic, repr=False)  # seconds
 
@@ -148,7 +151,8 @@ def sasl_server_config(cfg: BrokerConfig, listener_name: str, scram: ScramCreden
     return SaslServerConfig(
         listener=listener_name, mechanisms=mechanisms, plain_users=plain_users, scram=scram,
         reauth_ms=int(cfg.listener_value(listener_name, "connections.max.reauth.ms") or 0),
-        max_receive_size=int(cfg["sasl.server.max.receive.size"]), stats=stats)
+        max_receive_size=int(cfg["sasl.server.max.receive.size"]), stats=stats,
+        failed_close_delay_ms=cfg["connection.failed.authentication.delay.ms"])
 
 
 # -- the mechanisms --------------------------------------------------------------------------------

@@ -66,7 +66,8 @@ class Cfg:
 
     def __init__(self, values: dict[str, Any]) -> None:
         self.values = {"sasl.server.max.receive.size": 524288,
-                       "connections.max.reauth.ms": 0, **values}
+                       "connections.max.reauth.ms": 0,
+                       "connection.failed.authentication.delay.ms": 100, **values}
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
@@ -147,6 +148,7 @@ def test_sasl_server_config_from_kafkas_keys(store):
     stats = AuthenticationStats()
     sc = sasl_server_config(cfg, LISTENER, store, stats)
     assert sc.mechanisms == ("PLAIN", "SCRAM-SHA-256") and sc.reauth_ms == 5000
+    assert sc.failed_close_delay_ms == 100
     assert sc.plain_users == {"admin": "admin-secret", "alice": "alice-secret"}
     assert sc.scram is store and sc.stats is stats and sc.listener == LISTENER
     assert "alice-secret" not in repr(sc)
@@ -331,15 +333,6 @@ class Transport(asyncio.Transport):
     def get_write_buffer_size(self) -> int:
         return 0
 
-    half_close = False  # a TCP transport can send its end of stream first; a TLS one cannot
-    eof = False
-
-    def can_write_eof(self) -> bool:
-        return self.half_close
-
-    def write_eof(self) -> None:
-        self.eof = True
-
     def close(self) -> None:
         self.closed = True
 
@@ -438,10 +431,11 @@ class Client:
 def sasl_config(store: ScramCredentialStore | None = None, reauth_ms: int = 0,
                 max_receive_size: int = 524288, clock: Any = None,
                 mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
-                ) -> SaslServerConfig:
+                failed_close_delay_ms: int = 0) -> SaslServerConfig:
     return SaslServerConfig(LISTENER, mechanisms, plain_users=dict(USERS), scram=store,
                             reauth_ms=reauth_ms, max_receive_size=max_receive_size,
-                            stats=AuthenticationStats(), clock=clock or Clock())
+                            stats=AuthenticationStats(), clock=clock or Clock(),
+                            failed_close_delay_ms=failed_close_delay_ms)
 
 
 def metadata_request() -> Any:
@@ -512,16 +506,14 @@ def test_wrong_password_answers_then_closes(store):
     assert client.conn.auth.config.stats.failures == {(LISTENER, "PLAIN"): 1}
 
 
-async def test_failed_answer_is_followed_by_end_of_stream_then_close(store):
-    """On TCP the answer is followed by a half-close and the socket is closed a second later,
-    so client bytes still unread cannot make the kernel reset the answer away."""
-    client = Client(sasl_config(store))
-    client.transport.half_close = True
+async def test_failed_answer_then_close_after_kafkas_delay(store):
+    """connection.failed.authentication.delay.ms: the answer goes out at once, nothing more is
+    read, and the socket closes only after the delay, so the client reads the answer first."""
+    client = Client(sasl_config(store, failed_close_delay_ms=100))
     resp = client.plain("alice", "not-her-password")
     assert resp.error_code == SASL_AUTHENTICATION_FAILED
-    assert client.transport.eof and not client.transport.closed
-    assert client.conn.closed  # nothing more is read or answered meanwhile
-    await asyncio.sleep(1.2)
+    assert client.conn.closed and not client.transport.closed
+    await asyncio.sleep(0.25)
     assert client.transport.closed
 
 
