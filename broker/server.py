@@ -24,7 +24,7 @@ from typing import Any
 import structlog
 
 from broker import apis
-from broker.config import BrokerConfig, ConfigError, ListenerSpec
+from broker.config import BrokerConfig, ListenerSpec
 from broker.context import ApiContext, Node
 from broker.dynamic_config import (
     CLEANER_KEYS,
@@ -46,6 +46,7 @@ from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager
 from broker.security.authorizer import Authorizer
 from broker.security.listener import ListenerSecurity
+from broker.security.sasl import AuthenticationStats, sasl_server_config
 from broker.security.scram import ScramCredentialStore
 from broker.security.ssl import principal_builder, server_ssl_context
 from broker.topic_admin import TopicAdmin, log_config
@@ -73,7 +74,7 @@ class Broker:
         # TLS handshakes that failed (plaintext client, untrusted certificate, timeout), by
         # listener; read by the metrics.
         self.tls_handshake_failures: dict[str, int] = {}
-        self.auth_stats: Any = None  # broker.security.sasl.AuthenticationStats
+        self.auth_stats = AuthenticationStats()  # SASL logins, read by the metrics
         self.metrics: BrokerMetrics | None = None
         self.metrics_server: MetricsServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -179,20 +180,6 @@ class Broker:
         """Each listener's TLS context, principal builder and SASL settings (ConfigError when
         a key store cannot be loaded), built before anything is bound."""
         cfg = self.config
-        sasl_module: Any = None
-        if any(s.security_protocol.startswith("SASL_") for s in specs):
-            try:
-                from broker.security import sasl as sasl_module
-            except ImportError as exc:
-                raise ConfigError(f"SASL listeners cannot be served: {exc}") from None
-            self.auth_stats = sasl_module.AuthenticationStats()
-        else:
-            try:
-                from broker.security.sasl import AuthenticationStats
-            except ImportError:
-                pass
-            else:
-                self.auth_stats = AuthenticationStats()
         out = {}
         for spec in specs:
             parts: dict[str, Any] = {}
@@ -201,8 +188,7 @@ class Broker:
                 parts["principal_builder"] = principal_builder(cfg, spec.name)
                 self.tls_handshake_failures[spec.name] = 0
             if spec.security_protocol.startswith("SASL_"):
-                parts["sasl"] = sasl_module.sasl_server_config(cfg, spec.name, scram,
-                                                               self.auth_stats)
+                parts["sasl"] = sasl_server_config(cfg, spec.name, scram, self.auth_stats)
             out[spec.name] = ListenerSecurity(spec.name, spec.security_protocol, **parts)
         return out
 
