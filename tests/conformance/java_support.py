@@ -122,12 +122,14 @@ class Run:
         return self.results[scenario]
 
 
-def run(client: JavaClient, bootstrap: str, scenarios: list[str], timeout: float) -> Run:
-    """One JVM running `scenarios` in order; every scenario must report a line."""
+def run(client: JavaClient, bootstrap: str, scenarios: list[str], timeout: float,
+        main: str = MAIN) -> Run:
+    """One JVM running `scenarios` of the class `main` in order; every scenario must report a
+    line."""
     classes = compiled(client)
     cmd = [client.java, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
            f"-Dlog4j2.configurationFile={SOURCES / 'log4j2.properties'}",
-           "-cp", os.pathsep.join([str(classes), client.classpath]), MAIN, bootstrap, *scenarios]
+           "-cp", os.pathsep.join([str(classes), client.classpath]), main, bootstrap, *scenarios]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:

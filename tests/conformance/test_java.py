@@ -644,9 +644,8 @@ def security_run(client, tmp_path_factory) -> Iterator[SecurityRun]:
                      f"{SECURITY_RECORDS}",
             "denied": f"denied:{props['scram']}:{other}",
         }
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(java_support, "MAIN", "MiniBrokerSecurity")
-            run = java_support.run(client, bootstrap, list(specs.values()), timeout=180)
+        run = java_support.run(client, bootstrap, list(specs.values()), timeout=180,
+                               main="MiniBrokerSecurity")
         yield SecurityRun(run, specs, prefix)
     finally:
         if broker.proc is not None and broker.proc.poll() is None:
