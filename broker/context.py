@@ -3,7 +3,8 @@
 Every handler has the same signature, ``handle(ctx: ApiContext, request: Request)``, and reaches
 only these owners: the node's identity, topic administration, the ReplicaManager, the group
 coordinator, the fetch-session cache, the producer-id manager, the transaction coordinator, the
-authorizer and the SCRAM credential store. Who is asking is ``request.connection.session``.
+authorizer, the SCRAM credential store and client telemetry. Who is asking is
+``request.connection.session``.
 Nothing here imports the server; the server builds this.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from broker.client_telemetry import ClientTelemetry
 from broker.config import BrokerConfig
 from broker.fetch_session import FetchSessionCache
 from broker.group.coordinator import GroupCoordinator
@@ -54,3 +56,4 @@ class ApiContext:
     transactions: TransactionCoordinator
     authorizer: Authorizer
     scram: ScramCredentialStore
+    telemetry: ClientTelemetry

@@ -288,6 +288,7 @@ class BrokerMetrics:
         self.auth_stats: Any = None  # AuthenticationStats: SASL successes and failures
         self.authorizer: Any = None  # the Authorizer: denials by operation and resource type
         self.tls_failures: dict[str, int] | None = None  # TLS handshakes failed, by listener
+        self.telemetry: Any = None  # ClientTelemetry: client metric pushes by result
         self.stats: dict[int, RequestStats] = {}  # (api key << 16 | version) -> stats
         self.timings: dict[str, ApiTimings] = {}
         self.topic_bytes_out: dict[Any, int] = {}
@@ -370,6 +371,8 @@ class BrokerCollector(Collector):
         if cleaner is not None:
             yield from self._cleaner(cleaner)
         yield from self._security(m)
+        if m.telemetry is not None:
+            yield from self._telemetry(m.telemetry)
 
     # -- requests ------------------------------------------------------------------------------
     def _requests(self) -> Iterator[Metric]:
@@ -730,6 +733,19 @@ class BrokerCollector(Collector):
             for (operation, resource_type), n in sorted(m.authorizer.denials.items()):
                 denied.add_metric([operation, resource_type], n)
         yield denied
+
+    # -- client telemetry ------------------------------------------------------------------------
+    def _telemetry(self, telemetry: Any) -> Iterator[Metric]:
+        pushes = CounterMetricFamily(
+            f"{PREFIX}_client_telemetry_pushes", "PushTelemetry requests by result (accepted, "
+            "or Kafka's error name).", labels=["result"])
+        for result, n in sorted(telemetry.pushes.items()):
+            pushes.add_metric(["accepted" if result == "NONE" else result], n)
+        yield pushes
+        pushed = CounterMetricFamily(f"{PREFIX}_client_telemetry_bytes",
+                                     "Bytes of client metrics accepted by PushTelemetry.")
+        pushed.add_metric([], telemetry.pushed_bytes)
+        yield pushed
 
 
 # -- the endpoint ---------------------------------------------------------------------------------

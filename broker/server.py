@@ -24,6 +24,7 @@ from typing import Any
 import structlog
 
 from broker import apis
+from broker.client_telemetry import ClientTelemetry
 from broker.config import BrokerConfig, ListenerSpec
 from broker.context import ApiContext, Node
 from broker.dynamic_config import (
@@ -114,7 +115,8 @@ class Broker:
         authorizer = Authorizer.of(cfg, self.metadata)
         scram = ScramCredentialStore(self.metadata)
         self.context = ApiContext(node, cfg, topics, rm, coordinator, FetchSessionCache(),
-                                  self.producer_ids, transactions, authorizer, scram)
+                                  self.producer_ids, transactions, authorizer, scram,
+                                  ClientTelemetry.of(cfg))
         securities = self._listener_securities(specs, scram)
         metrics_listener = cfg.metrics_listener
         if metrics_listener is not None:
@@ -132,6 +134,7 @@ class Broker:
                                  transactions)
             self.metrics.observe_security(self.auth_stats, authorizer,
                                           self.tls_handshake_failures)
+            self.metrics.telemetry = self.context.telemetry
             self.metrics_server = MetricsServer(self.metrics, *metrics_listener)
             await self.metrics_server.start()
         self.channel.start()

@@ -2,7 +2,8 @@
 
 ApiVersions answers from this table, the connection refuses what is not in it, and each API
 module is looked up here by key. Codecs are kafka-python's classes generated from Kafka's own
-JSON message specs, so request and response layouts are exactly Kafka's.
+JSON message specs, so request and response layouts are exactly Kafka's; the few APIs the
+pinned kafka-python lacks are built the same way from spec files in protocol/messages.
 """
 
 from __future__ import annotations
@@ -107,6 +108,13 @@ from kafka.protocol.sasl import (
     SaslHandshakeResponse,
 )
 
+from protocol.messages import (
+    GetTelemetrySubscriptionsRequest,
+    GetTelemetrySubscriptionsResponse,
+    PushTelemetryRequest,
+    PushTelemetryResponse,
+)
+
 
 @dataclass(frozen=True, slots=True)
 class ApiSpec:
@@ -189,6 +197,8 @@ APIS: dict[int, ApiSpec] = {
         _spec(0, 2, SaslAuthenticateRequest, SaslAuthenticateResponse),
         _spec(0, 0, DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse),
         _spec(0, 0, AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse),
+        _spec(0, 0, GetTelemetrySubscriptionsRequest, GetTelemetrySubscriptionsResponse),
+        _spec(0, 0, PushTelemetryRequest, PushTelemetryResponse),
     )
 }
 

@@ -25,6 +25,7 @@ from broker.apis import (
     end_txn,
     fetch,
     find_coordinator,
+    get_telemetry_subscriptions,
     heartbeat,
     incremental_alter_configs,
     init_producer_id,
@@ -39,6 +40,7 @@ from broker.apis import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    push_telemetry,
     sasl_authenticate,
     sasl_handshake,
     sync_group,
@@ -91,6 +93,8 @@ HANDLERS = {
     36: sasl_authenticate.handle,
     50: describe_user_scram_credentials.handle,
     51: alter_user_scram_credentials.handle,
+    71: get_telemetry_subscriptions.handle,
+    72: push_telemetry.handle,
 }
 
 assert set(HANDLERS) == set(APIS), "every served API needs a handler"

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from broker.client_telemetry import ClientTelemetry
 from broker.config import BrokerConfig
 from broker.context import ApiContext, Node
 from broker.fetch_session import FetchSessionCache
@@ -130,7 +131,8 @@ def build(log_dir: Path, overrides: dict[str, str] | None = None,
     node = Node(cfg["node.id"], *cfg.advertised, metadata.cluster_id)
     sessions = FetchSessionCache()
     context = ApiContext(node, cfg, topics, rm, coordinator, sessions, producer_ids, transactions,
-                         Authorizer.of(cfg, metadata), ScramCredentialStore(metadata))
+                         Authorizer.of(cfg, metadata), ScramCredentialStore(metadata),
+                         ClientTelemetry.of(cfg))
     return Components(cfg, clock, timer, metadata, log_manager, producer_ids, rm, topics, store,
                       coordinator, sessions, context, transactions)
 
