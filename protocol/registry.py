@@ -109,6 +109,10 @@ from kafka.protocol.sasl import (
 )
 
 from protocol.messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
     GetTelemetrySubscriptionsRequest,
     GetTelemetrySubscriptionsResponse,
     PushTelemetryRequest,
@@ -177,6 +181,8 @@ APIS: dict[int, ApiSpec] = {
         _spec(0, 5, ListGroupsRequest, ListGroupsResponse),
         _spec(0, 5, DescribeGroupsRequest, DescribeGroupsResponse),
         _spec(0, 2, DeleteGroupsRequest, DeleteGroupsResponse),
+        _spec(0, 1, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse),
+        _spec(0, 0, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse),
         _spec(0, 0, OffsetDeleteRequest, OffsetDeleteResponse),
         _spec(0, 5, InitProducerIdRequest, InitProducerIdResponse),
         # Transactions of transaction version 1 (the transaction.version feature is not

@@ -6,6 +6,8 @@ from broker.apis import (
     alter_configs,
     alter_user_scram_credentials,
     api_versions,
+    consumer_group_describe,
+    consumer_group_heartbeat,
     create_acls,
     create_partitions,
     create_topics,
@@ -95,6 +97,8 @@ HANDLERS = {
     51: alter_user_scram_credentials.handle,
     71: get_telemetry_subscriptions.handle,
     72: push_telemetry.handle,
+    68: consumer_group_heartbeat.handle,
+    69: consumer_group_describe.handle,
 }
 
 assert set(HANDLERS) == set(APIS), "every served API needs a handler"

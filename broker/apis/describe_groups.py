@@ -1,5 +1,8 @@
 """DescribeGroups (key 15): state, protocol and members; an unknown group is Dead.
 
+A group of the consumer protocol is not a classic group: it is answered Dead too, as Kafka
+answers it (ConsumerGroupDescribe describes it).
+
 Each group needs DESCRIBE (GROUP_AUTHORIZATION_FAILED, listed first as Kafka lists them);
 its authorized operations (v3+, when asked) are the principal's.
 """

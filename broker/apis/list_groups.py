@@ -1,5 +1,8 @@
 """ListGroups (key 16): every group, filtered by state (v4+) and type (v5+).
 
+A group of the consumer protocol is listed with type "consumer", protocol type "consumer" and
+its own states (Empty, Assigning, Reconciling, Stable); a classic group with type "classic".
+
 With DESCRIBE on the cluster every group is listed; without it only the groups the principal
 may DESCRIBE (no error either way), as Kafka does.
 """
@@ -12,6 +15,7 @@ from kafka.protocol.admin import ListGroupsResponse
 
 from broker.acl import AclOperation, ResourceType
 from broker.apis.authorize import allowed, cluster_allowed
+from broker.group.consumer_group import ConsumerGroup
 
 if TYPE_CHECKING:
     from broker.context import ApiContext
@@ -22,12 +26,17 @@ def handle(ctx: ApiContext, request: Request) -> ListGroupsResponse:
     req = request.body
     states = {s.lower() for s in getattr(req, "states_filter", None) or []}
     types = {t.lower() for t in getattr(req, "types_filter", None) or []}
-    groups = [
-        ListGroupsResponse.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "",
-                                       group_state=g.state.value, group_type="classic")
-        for g in ctx.groups.list_groups()
-        if (not states or g.state.value.lower() in states) and (not types or "classic" in types)
-    ]
+    groups = []
+    for g in ctx.groups.list_groups():
+        if isinstance(g, ConsumerGroup):
+            protocol_type, group_type = "consumer", "consumer"
+        else:
+            protocol_type, group_type = g.protocol_type or "", "classic"
+        if (states and g.state.value.lower() not in states) or (types and group_type not in types):
+            continue
+        groups.append(ListGroupsResponse.ListedGroup(
+            group_id=g.group_id, protocol_type=protocol_type, group_state=g.state.value,
+            group_type=group_type))
     if ctx.authorizer.enabled and not cluster_allowed(ctx, request, AclOperation.DESCRIBE,
                                                       log_if_denied=False):
         groups = [g for g in groups if allowed(ctx, request, AclOperation.DESCRIBE,

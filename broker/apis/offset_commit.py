@@ -38,7 +38,7 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
             return _response(denied)
     result = ctx.groups.commit_offsets(
         req.group_id, req.member_id, getattr(req, "group_instance_id", None),
-        req.generation_id_or_member_epoch, offsets)
+        req.generation_id_or_member_epoch, offsets, request.version)
     if isinstance(result, dict):
         return _response({**result, **denied})
     return answer_later(result, lambda r: _response({**r, **denied}))

@@ -8,6 +8,10 @@ retriable error: the consumer asks again) instead of an offset about to change.
 Each group needs DESCRIBE (GROUP_AUTHORIZATION_FAILED for the group: its error code from v2,
 on each requested partition before); offsets are shown only for topics the principal may
 DESCRIBE: left out of an all-partitions answer, TOPIC_AUTHORIZATION_FAILED when named.
+
+From v9 a member of a consumer group names itself and its epoch (KIP-848): an unknown member
+answers UNKNOWN_MEMBER_ID and an epoch other than its current one STALE_MEMBER_EPOCH, for the
+whole group. Without them (member id null, epoch -1) the fetch is not checked.
 """
 
 from __future__ import annotations
@@ -39,6 +43,11 @@ def handle(ctx: ApiContext, request: Request) -> OffsetFetchResponse:
         groups = []
         for g in req.groups:
             error, found = _fetch(ctx, request, g.group_id, _wanted(g.topics), require_stable)
+            if error == ErrorCode.NONE and request.version >= 9:
+                refused = ctx.groups.validate_offset_fetch(g.group_id, g.member_id,
+                                                           g.member_epoch)
+                if refused is not None:
+                    error, found = refused, {}
             groups.append(Group(group_id=g.group_id, topics=_topics(found, NewTopic, NewPartition),
                                 error_code=error))
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups)

@@ -21,6 +21,13 @@ from dataclasses import dataclass
 import structlog
 
 from broker.config import BrokerConfig
+from broker.group.consumer_coordinator import (
+    ConsumerGroupConfig,
+    ConsumerGroupCoordinator,
+    HeartbeatRequest,
+    HeartbeatResult,
+)
+from broker.group.consumer_group import ConsumerGroup
 from broker.group.delayed import (
     DelayedHeartbeat,
     DelayedJoin,
@@ -30,6 +37,7 @@ from broker.group.delayed import (
 )
 from broker.group.metadata import (
     GroupMetadata,
+    GroupOffsets,
     GroupState,
     JoinResult,
     MemberMetadata,
@@ -63,11 +71,14 @@ class GroupConfig:
     max_session_timeout_ms: int
     offsets_retention_ms: int
     new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS
+    consumer: ConsumerGroupConfig = ConsumerGroupConfig(True, 45_000, 5_000, 2**31 - 1,
+                                                        ("uniform", "range"))
 
     @classmethod
     def of(cls, cfg: BrokerConfig) -> GroupConfig:
         return cls(cfg["group.initial.rebalance.delay.ms"], cfg["group.min.session.timeout.ms"],
-                   cfg["group.max.session.timeout.ms"], cfg["offsets.retention.minutes"] * 60_000)
+                   cfg["group.max.session.timeout.ms"], cfg["offsets.retention.minutes"] * 60_000,
+                   consumer=ConsumerGroupConfig.of(cfg))
 
 
 class GroupCoordinator:
@@ -83,17 +94,31 @@ class GroupCoordinator:
         # Kafka's openGroupsForProducer: the groups holding a producer's pending transactional
         # offsets, so a marker finds them without scanning every group.
         self.open_groups_for_producer: dict[int, set[str]] = {}
+        # The consumer protocol's groups (KIP-848); a group id is in one of the two at most.
+        self.consumer = ConsumerGroupCoordinator(config.consumer, self, self.heartbeat_purgatory,
+                                                 lambda: store.topics.metadata.topics)
 
     def start(self) -> None:
         """Create the offsets topic if needed and rebuild every group from it."""
         self.store.ensure_topic()
-        self.groups = self.store.load()
+        loaded = self.store.load()
+        self.groups = {g: v for g, v in loaded.items() if isinstance(v, GroupMetadata)}
+        self.consumer.restore({g: v for g, v in loaded.items() if isinstance(v, ConsumerGroup)})
         self.open_groups_for_producer.clear()
-        for group in self.groups.values():
+        for group in loaded.values():
             for producer_id in group.pending_txn_offset_commits:
                 self.open_groups_for_producer.setdefault(producer_id, set()).add(group.group_id)
-            for member in group.members.values():
-                self._schedule_heartbeat(group, member)
+        for classic in self.groups.values():
+            for member in classic.members.values():
+                self._schedule_heartbeat(classic, member)
+
+    def offsets_group(self, group_id: str) -> GroupMetadata | ConsumerGroup | None:
+        """The group holding ``group_id``'s offsets, whichever protocol it speaks."""
+        return self.groups.get(group_id) or self.consumer.groups.get(group_id)
+
+    # -- ConsumerGroupHeartbeat (the consumer protocol) -------------------------------------
+    def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
+        return self.consumer.heartbeat(request)
 
     def partition_for(self, group_id: str) -> int:
         """The __consumer_offsets partition holding the group (AddOffsetsToTxn adds it)."""
@@ -110,6 +135,12 @@ class GroupCoordinator:
         cfg = self.config
         if not cfg.min_session_timeout_ms <= session_timeout_ms <= cfg.max_session_timeout_ms:
             return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id=member_id)
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            if not consumer_group.is_empty():
+                # Members of the consumer protocol own it (no online migration here).
+                return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+            self._classic_from_empty_consumer_group(consumer_group)
         group = self.groups.get(group_id)
         if group is None:
             if member_id:
@@ -126,6 +157,16 @@ class GroupCoordinator:
         if not member_id:
             return self._join_unknown(group, instance_id, require_known_id, *details)
         return self._join_known(group, member_id, instance_id, *details)
+
+    def _classic_from_empty_consumer_group(self, consumer_group: ConsumerGroup) -> None:
+        """An empty consumer group may change protocol: a classic group takes its place and
+        its offsets (Kafka's maybeDeleteEmptyConsumerGroup)."""
+        gid = consumer_group.group_id
+        self.consumer.remove_group(consumer_group)
+        group = self.groups[gid] = GroupMetadata(gid)
+        group.take_offsets(consumer_group)
+        self.store.write(gid, [self.consumer.tombstone(gid)])
+        log.info("empty consumer group becomes a classic group", group=gid)
 
     def _join_unknown(
         self, group: GroupMetadata, instance_id: str | None, require_known_id: bool,
@@ -484,16 +525,28 @@ class GroupCoordinator:
     # -- offsets ---------------------------------------------------------------------------
     def commit_offsets(
         self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
-        offsets: dict[TopicPartition, OffsetAndMetadata],
+        offsets: dict[TopicPartition, OffsetAndMetadata], api_version: int = 8,
     ) -> dict[TopicPartition, ErrorCode] | asyncio.Future[dict[TopicPartition, ErrorCode]]:
-        group = self.groups.get(group_id)
-        error = self._check_commit(group, member_id, instance_id, generation_id)
+        """OffsetCommit; ``generation_id`` is a member epoch for a consumer group (v9+)."""
+        consumer_group = self.consumer.groups.get(group_id)
+        group: GroupOffsets | None
+        if consumer_group is not None:
+            error = _consumer_commit_error(consumer_group, member_id, generation_id,
+                                           transactional=False, api_version=api_version)
+            group = consumer_group
+        else:
+            classic = self.groups.get(group_id)
+            error = self._check_commit(classic, member_id, instance_id, generation_id)
+            if classic is None and error == ErrorCode.ILLEGAL_GENERATION and api_version >= 9:
+                error = ErrorCode.GROUP_ID_NOT_FOUND  # Kafka's answer from v9, both protocols
+            if error is None and classic is None:
+                classic = self.groups[group_id] = GroupMetadata(group_id)
+            elif error is None and classic is not None and member_id in classic.members:
+                self._schedule_heartbeat(classic, classic.members[member_id])
+            group = classic
         if error is not None:
             return {tp: error for tp in offsets}
-        if group is None:
-            group = self.groups[group_id] = GroupMetadata(group_id)
-        elif member_id in group.members:
-            self._schedule_heartbeat(group, group.members[member_id])
+        assert group is not None
         results: dict[TopicPartition, ErrorCode] = {}
         accepted: dict[TopicPartition, OffsetAndMetadata] = {}
         for tp, om in offsets.items():
@@ -513,7 +566,7 @@ class GroupCoordinator:
 
         def stored(f: asyncio.Future[tuple[ErrorCode, int]]) -> None:
             code, batch_offset = f.result()
-            if not group.is_(S.DEAD):
+            if not group.is_dead():
                 for tp, om in accepted.items():
                     if code == ErrorCode.NONE:
                         group.on_offset_commit_append(tp, om, batch_offset)
@@ -555,11 +608,21 @@ class GroupCoordinator:
         if not group_id:
             fut.set_result({**results, **{tp: ErrorCode.INVALID_GROUP_ID for tp in known}})
             return fut
-        group = self.groups.get(group_id)
-        if group is None:
-            group = self.groups[group_id] = GroupMetadata(group_id)
-        error = self._validate_offset_commit(group, generation_id, member_id, group_instance_id,
-                                             transactional=True)
+        group: GroupOffsets
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            group = consumer_group
+            error = _consumer_commit_error(consumer_group, member_id, generation_id,
+                                           transactional=True, api_version=-1)
+            if error == ErrorCode.STALE_MEMBER_EPOCH:
+                error = ErrorCode.ILLEGAL_GENERATION  # what a producer understands
+        else:
+            classic = self.groups.get(group_id)
+            if classic is None:
+                classic = self.groups[group_id] = GroupMetadata(group_id)
+            group = classic
+            error = self._validate_offset_commit(classic, generation_id, member_id,
+                                                 group_instance_id, transactional=True)
         if error is not None:
             fut.set_result({**results, **{tp: error for tp in known}})
             return fut
@@ -579,7 +642,7 @@ class GroupCoordinator:
 
         def stored(f: asyncio.Future[tuple[ErrorCode, int]]) -> None:
             code, batch_offset = f.result()
-            if not group.is_(S.DEAD):
+            if not group.is_dead():
                 for tp, om in accepted.items():
                     if code == ErrorCode.NONE:
                         group.on_txn_offset_commit_append(producer_id, tp, om, batch_offset)
@@ -607,8 +670,8 @@ class GroupCoordinator:
         groups = [g for g in self.open_groups_for_producer.get(producer_id, ())
                   if self.partition_for(g) in partitions]
         for group_id in groups:
-            group = self.groups.get(group_id)
-            if group is not None and not group.is_(S.DEAD):
+            group = self.offsets_group(group_id)
+            if group is not None and not group.is_dead():
                 changed = group.complete_pending_txn_offset_commit(producer_id, commit)
                 log.debug("transactional offsets completed", group=group_id,
                           producer_id=producer_id, commit=commit, committed=len(changed))
@@ -677,8 +740,8 @@ class GroupCoordinator:
         still pending, transactional or not, answers UNSTABLE_OFFSET_COMMIT instead, so a
         consumer taking over does not start from an offset its predecessor's open
         transaction is about to replace (Kafka's getOffsets)."""
-        group = self.groups.get(group_id)
-        if group is None or group.is_(S.DEAD):
+        group = self.offsets_group(group_id)
+        if group is None or group.is_dead():
             return {} if partitions is None else {tp: None for tp in partitions}
         wanted = list(group.offsets) if partitions is None else partitions
         found: dict[TopicPartition, OffsetAndMetadata | ErrorCode | None] = {}
@@ -689,17 +752,36 @@ class GroupCoordinator:
                 found[tp] = group.offsets.get(tp)
         return found
 
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int
+                              ) -> ErrorCode | None:
+        """Kafka's ConsumerGroup.validateOffsetFetch (OffsetFetch v9+): a member of a consumer
+        group fetches at its current epoch; without member id and epoch (admin tools, classic
+        members) the fetch is not checked."""
+        group = self.consumer.groups.get(group_id)
+        if group is None or (member_id is None and member_epoch < 0):
+            return None
+        member = group.members.get(member_id or "")
+        if member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if member_epoch != member.member_epoch:
+            return ErrorCode.STALE_MEMBER_EPOCH
+        return None
+
     def delete_offsets(self, group_id: str, partitions: list[TopicPartition]
                        ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]] | asyncio.Future:
-        group = self.groups.get(group_id)
-        if group is None or group.is_(S.DEAD):
+        group = self.offsets_group(group_id)
+        if group is None or group.is_dead():
             return ErrorCode.GROUP_ID_NOT_FOUND, {}
-        subscribed = self._subscribed_topics(group)
+        if isinstance(group, ConsumerGroup):
+            subscribed = group.subscribed_topics()
+        else:
+            subscribed = self._subscribed_topics(group)
         results = {tp: (ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if tp[0] in subscribed
                         else ErrorCode.NONE) for tp in partitions}
         removed = group.remove_offsets([tp for tp, e in results.items() if e == ErrorCode.NONE])
         records = [(offset_key(group_id, t, p), None) for t, p in removed]
-        records += self._maybe_dead(group)
+        if isinstance(group, GroupMetadata):
+            records += self._maybe_dead(group)
         if not records:
             return ErrorCode.NONE, results
         fut = asyncio.get_running_loop().create_future()
@@ -736,13 +818,20 @@ class GroupCoordinator:
         return topics
 
     # -- admin -----------------------------------------------------------------------------
-    def list_groups(self) -> list[GroupMetadata]:
-        return [g for g in self.groups.values() if not g.is_(S.DEAD)]
+    def list_groups(self) -> list[GroupMetadata | ConsumerGroup]:
+        """Every live group, classic and consumer."""
+        groups: list[GroupMetadata | ConsumerGroup] = [
+            g for g in self.groups.values() if not g.is_(S.DEAD)]
+        return groups + list(self.consumer.groups.values())
 
     def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode] | asyncio.Future:
         results: dict[str, ErrorCode] = {}
         writes = []
         for gid in group_ids:
+            consumer_group = self.consumer.groups.get(gid)
+            if consumer_group is not None:
+                results[gid] = self._delete_consumer_group(consumer_group, writes)
+                continue
             group = self.groups.get(gid)
             if group is None or group.is_(S.DEAD):
                 results[gid] = ErrorCode.GROUP_ID_NOT_FOUND
@@ -765,6 +854,20 @@ class GroupCoordinator:
         fut = asyncio.get_running_loop().create_future()
         asyncio.gather(*writes).add_done_callback(lambda _f: fut.set_result(results))
         return fut
+
+    def _delete_consumer_group(self, group: ConsumerGroup,
+                               writes: list[asyncio.Future[ErrorCode]]) -> ErrorCode:
+        """Kafka's ConsumerGroup.validateDeleteGroup: only an Empty consumer group goes."""
+        if not group.is_empty():
+            return ErrorCode.NON_EMPTY_GROUP
+        gid = group.group_id
+        self.consumer.remove_group(group)
+        removed = group.remove_offsets(list(group.offsets))
+        records = [(offset_key(gid, t, p), None) for t, p in removed]
+        records.append(self.consumer.tombstone(gid))
+        writes.append(self.store.write(gid, records))
+        log.info("group deleted", group=gid)
+        return ErrorCode.NONE
 
     def expire_offsets(self) -> int:
         """offsets.retention.minutes (Kafka's removeExpiredOffsets): committed offsets of
@@ -795,7 +898,51 @@ class GroupCoordinator:
             removed += len(expired)
             if expired:
                 log.info("offsets expired", group=gid, partitions=len(expired))
+        for consumer_group in list(self.consumer.groups.values()):
+            removed += self._expire_consumer_group_offsets(consumer_group, now, retention_ms)
         return removed
+
+    def _expire_consumer_group_offsets(self, group: ConsumerGroup, now: int,
+                                       retention_ms: int) -> int:
+        """Kafka's cleanupExpiredOffsets for a consumer group: offsets of topics no member
+        subscribes to expire by their commit time; an Empty group left without offsets is
+        deleted."""
+        gid = group.group_id
+        subscribed = group.subscribed_topics()
+        expired = [tp for tp, om in group.offsets.items()
+                   if tp[0] not in subscribed and not group.has_pending_offset_commits_for(tp)
+                   and now - om.commit_timestamp >= retention_ms]
+        for tp in expired:
+            del group.offsets[tp]
+            group.commit_record_offsets.pop(tp, None)
+        records: list[tuple[bytes, bytes | None]] = [
+            (offset_key(gid, t, p), None) for t, p in expired]
+        if group.is_empty() and not group.has_offsets():
+            self.consumer.remove_group(group)
+            records.append(self.consumer.tombstone(gid))
+            log.info("empty consumer group without offsets removed", group=gid)
+        if records:
+            self.store.write(gid, records)
+        if expired:
+            log.info("offsets expired", group=gid, partitions=len(expired))
+        return len(expired)
+
+
+def _consumer_commit_error(group: ConsumerGroup, member_id: str, member_epoch: int, *,
+                           transactional: bool, api_version: int) -> ErrorCode | None:
+    """Kafka's ConsumerGroup.validateOffsetCommit: without an epoch only an Empty group takes
+    commits (admin tools, assign() consumers); a member commits at its current epoch, with
+    OffsetCommit v9+."""
+    if member_epoch < 0 and group.is_empty():
+        return None
+    member = group.members.get(member_id)
+    if member is None:
+        return ErrorCode.UNKNOWN_MEMBER_ID
+    if not transactional and api_version < 9:
+        return ErrorCode.UNSUPPORTED_VERSION
+    if member_epoch != member.member_epoch:
+        return ErrorCode.STALE_MEMBER_EPOCH
+    return None
 
 
 def _commit_error(append_error: ErrorCode) -> ErrorCode:

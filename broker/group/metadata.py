@@ -94,18 +94,11 @@ class MemberMetadata:
         return self.protocols == protocols
 
 
-@dataclass(eq=False)
-class GroupMetadata:
-    group_id: str
-    state: GroupState = GroupState.EMPTY
-    generation_id: int = 0
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader_id: str | None = None
-    members: dict[str, MemberMetadata] = field(default_factory=dict)
-    pending_members: set[str] = field(default_factory=set)
-    pending_sync: set[str] = field(default_factory=set)  # joined, SyncGroup not yet received
-    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
+@dataclass(eq=False, kw_only=True)
+class GroupOffsets:
+    """A group's offset cache (Kafka's GroupMetadata offset cache), the same for a classic and a
+    consumer group: the group id is the offsets' key whatever protocol its members speak."""
+
     offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
     # Log offset of the batch holding each committed offset (-1: unknown, older than any).
     commit_record_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -113,82 +106,15 @@ class GroupMetadata:
         default_factory=dict)
     pending_txn_offset_commits: dict[int, dict[tuple[str, int], PendingTxnOffset]] = field(
         default_factory=dict)
-    # A member joined while the first rebalance's initial delay ran: extend it once more.
-    new_member_added: bool = False
-    state_timestamp: int = field(default_factory=now_ms)
 
-    def transition(self, state: GroupState) -> None:
-        self.state = state
-        self.state_timestamp = now_ms()
+    def take_offsets(self, other: GroupOffsets) -> None:
+        """Adopt another group object's offsets: the group changed protocol (an empty group
+        may), its committed offsets stay."""
+        self.offsets = other.offsets
+        self.commit_record_offsets = other.commit_record_offsets
+        self.pending_offset_commits = other.pending_offset_commits
+        self.pending_txn_offset_commits = other.pending_txn_offset_commits
 
-    def is_(self, *states: GroupState) -> bool:
-        return self.state in states
-
-    @property
-    def empty(self) -> bool:
-        return not self.members and not self.pending_members
-
-    def add(self, member: MemberMetadata) -> None:
-        if not self.members:
-            self.protocol_type = member.protocol_type
-        if self.leader_id is None:
-            self.leader_id = member.member_id
-        self.members[member.member_id] = member
-        if member.group_instance_id is not None:
-            self.static_members[member.group_instance_id] = member.member_id
-
-    def rename(self, old_id: str, new_id: str) -> None:
-        """A static member continues under a new member id, keeping its metadata."""
-        member = self.members.pop(old_id)
-        member.member_id = new_id
-        self.members[new_id] = member
-        if member.group_instance_id is not None:
-            self.static_members[member.group_instance_id] = new_id
-        if self.leader_id == old_id:
-            self.leader_id = new_id
-        if old_id in self.pending_sync:
-            self.pending_sync.discard(old_id)
-            self.pending_sync.add(new_id)
-
-    def remove(self, member_id: str) -> MemberMetadata | None:
-        member = self.members.pop(member_id, None)
-        self.pending_members.discard(member_id)
-        if member is not None and member.group_instance_id is not None:
-            if self.static_members.get(member.group_instance_id) == member_id:
-                del self.static_members[member.group_instance_id]
-        if self.leader_id == member_id:
-            self.leader_id = next(iter(self.members), None)
-        return member
-
-    def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
-        """A joining member must share the protocol type and one protocol with everyone."""
-        if not self.members:
-            return bool(protocol_type) and bool(protocols)
-        names = {name for name, _ in protocols}
-        return protocol_type == self.protocol_type and bool(names & self.candidate_protocols())
-
-    def candidate_protocols(self) -> set[str]:
-        sets = [{name for name, _ in m.protocols} for m in self.members.values()]
-        return set.intersection(*sets) if sets else set()
-
-    def select_protocol(self) -> str:
-        """Each member votes for its most preferred candidate; most votes wins (Kafka)."""
-        candidates = self.candidate_protocols()
-        votes: dict[str, int] = {}
-        for m in self.members.values():
-            choice = next(name for name, _ in m.protocols if name in candidates)
-            votes[choice] = votes.get(choice, 0) + 1
-        return max(votes, key=lambda name: votes[name])
-
-    def all_members_joined(self) -> bool:
-        return not self.pending_members and all(
-            m.awaiting_join is not None for m in self.members.values()
-        )
-
-    def max_rebalance_timeout(self) -> int:
-        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
-
-    # -- offsets (Kafka's GroupMetadata offset cache) ------------------------------------------
     def put_offset(self, tp: tuple[str, int], om: OffsetAndMetadata, batch_offset: int) -> None:
         self.offsets[tp] = om
         self.commit_record_offsets[tp] = batch_offset
@@ -278,3 +204,98 @@ class GroupMetadata:
             if om is not None:
                 removed[tp] = om
         return removed
+
+@dataclass(eq=False)
+class GroupMetadata(GroupOffsets):
+    """A classic group (JoinGroup/SyncGroup)."""
+
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    generation_id: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str | None = None
+    members: dict[str, MemberMetadata] = field(default_factory=dict)
+    pending_members: set[str] = field(default_factory=set)
+    pending_sync: set[str] = field(default_factory=set)  # joined, SyncGroup not yet received
+    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
+    # A member joined while the first rebalance's initial delay ran: extend it once more.
+    new_member_added: bool = False
+    state_timestamp: int = field(default_factory=now_ms)
+
+    def transition(self, state: GroupState) -> None:
+        self.state = state
+        self.state_timestamp = now_ms()
+
+    def is_(self, *states: GroupState) -> bool:
+        return self.state in states
+
+    def is_dead(self) -> bool:
+        return self.state == GroupState.DEAD
+
+    def is_empty(self) -> bool:
+        return self.state == GroupState.EMPTY
+
+    @property
+    def empty(self) -> bool:
+        return not self.members and not self.pending_members
+
+    def add(self, member: MemberMetadata) -> None:
+        if not self.members:
+            self.protocol_type = member.protocol_type
+        if self.leader_id is None:
+            self.leader_id = member.member_id
+        self.members[member.member_id] = member
+        if member.group_instance_id is not None:
+            self.static_members[member.group_instance_id] = member.member_id
+
+    def rename(self, old_id: str, new_id: str) -> None:
+        """A static member continues under a new member id, keeping its metadata."""
+        member = self.members.pop(old_id)
+        member.member_id = new_id
+        self.members[new_id] = member
+        if member.group_instance_id is not None:
+            self.static_members[member.group_instance_id] = new_id
+        if self.leader_id == old_id:
+            self.leader_id = new_id
+        if old_id in self.pending_sync:
+            self.pending_sync.discard(old_id)
+            self.pending_sync.add(new_id)
+
+    def remove(self, member_id: str) -> MemberMetadata | None:
+        member = self.members.pop(member_id, None)
+        self.pending_members.discard(member_id)
+        if member is not None and member.group_instance_id is not None:
+            if self.static_members.get(member.group_instance_id) == member_id:
+                del self.static_members[member.group_instance_id]
+        if self.leader_id == member_id:
+            self.leader_id = next(iter(self.members), None)
+        return member
+
+    def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
+        """A joining member must share the protocol type and one protocol with everyone."""
+        if not self.members:
+            return bool(protocol_type) and bool(protocols)
+        names = {name for name, _ in protocols}
+        return protocol_type == self.protocol_type and bool(names & self.candidate_protocols())
+
+    def candidate_protocols(self) -> set[str]:
+        sets = [{name for name, _ in m.protocols} for m in self.members.values()]
+        return set.intersection(*sets) if sets else set()
+
+    def select_protocol(self) -> str:
+        """Each member votes for its most preferred candidate; most votes wins (Kafka)."""
+        candidates = self.candidate_protocols()
+        votes: dict[str, int] = {}
+        for m in self.members.values():
+            choice = next(name for name, _ in m.protocols if name in candidates)
+            votes[choice] = votes.get(choice, 0) + 1
+        return max(votes, key=lambda name: votes[name])
+
+    def all_members_joined(self) -> bool:
+        return not self.pending_members and all(
+            m.awaiting_join is not None for m in self.members.values()
+        )
+
+    def max_rebalance_timeout(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)

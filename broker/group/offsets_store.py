@@ -2,7 +2,9 @@
 
 Records use Kafka's own key/value layouts (GroupCoordinatorRecordSerde): an OffsetCommitKey
 (version 1) with an OffsetCommitValue (version 3), a GroupMetadataKey (version 2) with a
-GroupMetadataValue (version 3), and a null value as the tombstone. They go through the normal
+GroupMetadataValue (version 3), a ConsumerGroupMetadataKey (version 3) with a
+ConsumerGroupMetadataValue (version 0: the group epoch) for a group of the consumer protocol,
+and a null value as the tombstone. They go through the normal
 log, so a commit is acknowledged only once the partition's high watermark covers it, and the
 coordinator rebuilds its state by reading the topic at start. A transactional offset commit is
 one transactional batch with the producer's id and epoch; the transaction's marker (a control
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from broker.group.consumer_group import ConsumerGroup
 from broker.group.metadata import (
     GroupMetadata,
     GroupState,
@@ -50,6 +53,8 @@ OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
 OFFSET_COMMIT_VALUE_VERSION = 3
 GROUP_METADATA_VALUE_VERSION = 3
+CONSUMER_GROUP_METADATA_KEY_VERSION = 3
+CONSUMER_GROUP_METADATA_VALUE_VERSION = 0
 COMMIT_TIMEOUT_MS = 5000  # Kafka's offsets.commit.timeout.ms
 
 # -- encoding ---------------------------------------------------------------------------------
@@ -86,6 +91,15 @@ def group_value(g: GroupMetadata) -> bytes:
     return b"".join(parts)
 
 
+def consumer_group_key(group: str) -> bytes:
+    return struct.pack(">h", CONSUMER_GROUP_METADATA_KEY_VERSION) + encode_string(group)
+
+
+def consumer_group_value(epoch: int) -> bytes:
+    """A flexible version: the epoch, then no tagged fields."""
+    return struct.pack(">hib", CONSUMER_GROUP_METADATA_VALUE_VERSION, epoch, 0)
+
+
 # -- decoding ---------------------------------------------------------------------------------
 
 def _read_offset_value(value: bytes) -> OffsetAndMetadata:
@@ -116,6 +130,7 @@ class PartitionLoader:
         self.offsets: dict[GroupTopicPartition, Loaded] = {}
         self.pending: dict[int, dict[GroupTopicPartition, Loaded]] = {}
         self.groups: dict[str, GroupMetadata] = {}
+        self.consumer_groups: dict[str, int] = {}  # group id -> group epoch
         self.records = 0
 
     def control_batch(self, producer_id: int, control_type: int | None) -> None:
@@ -151,15 +166,26 @@ class PartitionLoader:
                 group = GroupMetadata(group_id)
                 _load_group_value(group, value)
                 self.groups[group_id] = group
+                self.consumer_groups.pop(group_id, None)
+        elif version == CONSUMER_GROUP_METADATA_KEY_VERSION:
+            group_id = r.str()
+            if value is None:
+                self.consumer_groups.pop(group_id, None)
+            else:
+                self.consumer_groups[group_id] = struct.unpack_from(">i", value, 2)[0]
+                self.groups.pop(group_id, None)
         else:
             log.warning("unknown key version in __consumer_offsets, ignored", version=version)
 
-    def finish(self, into: dict[str, GroupMetadata]) -> None:
+    def finish(self, into: dict[str, GroupMetadata | ConsumerGroup]) -> None:
         """Kafka's loadGroup: groups of this partition with their offsets, pending ones too;
-        groups with offsets but no metadata record are Empty groups."""
+        groups with offsets but no metadata record are Empty classic groups. A consumer group
+        comes back Empty at its group epoch: its members are not stored, so they rejoin."""
         for gid, group in self.groups.items():
             if group.members or group.protocol_type:
                 into[gid] = group
+        for gid, epoch in self.consumer_groups.items():
+            into[gid] = ConsumerGroup(group_id=gid, group_epoch=epoch, assignment_epoch=epoch)
         for (gid, tp), (at, om) in self.offsets.items():
             into.setdefault(gid, GroupMetadata(gid)).put_offset(tp, om, at)
         for producer_id, offsets in self.pending.items():
@@ -221,8 +247,8 @@ class OffsetsStore:
         else:
             self.num_partitions = info.partitions
 
-    def load(self) -> dict[str, GroupMetadata]:
-        groups: dict[str, GroupMetadata] = {}
+    def load(self) -> dict[str, GroupMetadata | ConsumerGroup]:
+        groups: dict[str, GroupMetadata | ConsumerGroup] = {}
         records = 0
         for index in range(self.num_partitions):
             loader = PartitionLoader()

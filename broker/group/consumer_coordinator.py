@@ -1,0 +1,591 @@
+"""ConsumerGroupCoordinator: the consumer group protocol (KIP-848) on one event loop.
+
+A member's ConsumerGroupHeartbeat does everything (Kafka's GroupMetadataManager
+.consumerGroupHeartbeat): it joins (epoch 0), keeps the session, carries subscription changes
+and the partitions the member owns, and gets back its epoch and, when it changed, its
+assignment. Each heartbeat runs three steps: update the member (a changed subscription, or a
+change in the subscribed topics' partitions, bumps the group epoch); compute a new target
+assignment with the server-side assignor if the group epoch is ahead of it; reconcile the
+member one step towards its target (consumer_group.reconcile).
+
+Deadlines are delayed operations in the classic coordinator's heartbeat purgatory: the session
+(group.consumer.session.timeout.ms, renewed by each heartbeat) and, while a member must revoke
+partitions, its rebalance timeout; either expiring fences the member out of the group, which
+bumps the group epoch so the others take over its partitions.
+
+Members and assignments live in memory only: the group record written to __consumer_offsets
+holds the group epoch, so after a restart the group is known (Empty) and a member heartbeating
+with its old id is answered UNKNOWN_MEMBER_ID and rejoins. Committed offsets are kept as for
+classic groups (GroupOffsets).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import structlog
+
+from broker.config import BrokerConfig
+from broker.group.assignors import ASSIGNORS, MemberSubscription, assignor_names
+from broker.group.consumer_group import (
+    LEAVE_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    ConsumerGroup,
+    ConsumerGroupMember,
+    ConsumerGroupState,
+    MemberState,
+    Partitions,
+    compile_regex,
+    reconcile,
+)
+from broker.group.metadata import GroupState
+from broker.group.offsets_store import consumer_group_key, consumer_group_value, group_key
+from protocol.errors import ErrorCode
+from purgatory import DelayedOperation, Purgatory
+
+if TYPE_CHECKING:
+    from broker.group.coordinator import GroupCoordinator
+    from broker.metadata import TopicInfo
+
+log = structlog.get_logger("broker.group")
+
+#: Topics a regex never matches, as the clients never subscribe to them by pattern.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+Owned = list[tuple[uuid.UUID | None, list[int]]]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupConfig:
+    enabled: bool
+    session_timeout_ms: int
+    heartbeat_interval_ms: int
+    max_size: int
+    assignors: tuple[str, ...]  # short names; the first is the default
+
+    @classmethod
+    def of(cls, cfg: BrokerConfig) -> ConsumerGroupConfig:
+        return cls("consumer" in cfg["group.coordinator.rebalance.protocols"],
+                   cfg["group.consumer.session.timeout.ms"],
+                   cfg["group.consumer.heartbeat.interval.ms"], cfg["group.consumer.max.size"],
+                   tuple(assignor_names(cfg["group.consumer.assignors"])))
+
+
+@dataclass(slots=True)
+class HeartbeatRequest:
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: list[str] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned: Owned | None = None
+    client_id: str = ""
+    client_host: str = ""
+    # May this member see the topic (DESCRIBE)? Regex subscriptions resolve only to those.
+    topic_allowed: Callable[[str], bool] = lambda _name: True
+
+
+@dataclass(slots=True)
+class HeartbeatResult:
+    error: ErrorCode
+    message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: Partitions | None = None  # None: unchanged, not sent
+
+
+class GroupError(Exception):
+    """An error answer (Kafka's ApiException), raised where the rule is checked."""
+
+    def __init__(self, code: ErrorCode, message: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class DelayedMemberDeadline(DelayedOperation):
+    """A member's session or rebalance deadline; cancelling it is completing it."""
+
+    def __init__(self, on_expiry: Callable[[], None], timeout_ms: int) -> None:
+        super().__init__(timeout_ms)
+        self._on_expiry = on_expiry
+
+    def try_complete(self) -> bool:
+        return False
+
+    def on_complete(self) -> None:
+        pass
+
+    def on_expiration(self) -> None:
+        self._on_expiry()
+
+
+def new_member_id() -> str:
+    """A member id as Kafka makes one: a random UUID in URL-safe base64."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+class ConsumerGroupCoordinator:
+    def __init__(self, config: ConsumerGroupConfig, owner: GroupCoordinator,
+                 purgatory: Purgatory, topics: Callable[[], Mapping[str, TopicInfo]]) -> None:
+        self.config = config
+        self.owner = owner  # the classic coordinator: its groups, its offsets store
+        self.purgatory = purgatory
+        self._topics = topics
+        self.groups: dict[str, ConsumerGroup] = {}
+        self._deadlines: dict[tuple[str, str, str], DelayedMemberDeadline] = {}
+        self._regexes: dict[str, re.Pattern[str]] = {}
+        self.rebalances: dict[str, int] = {}  # group epoch bumps per group (metrics)
+        self.heartbeats = 0
+
+    # -- ConsumerGroupHeartbeat ------------------------------------------------------------
+    def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
+        self.heartbeats += 1
+        try:
+            self._validate(req)
+            if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+                return self._leave(req)
+            return self._heartbeat(req)
+        except GroupError as e:
+            log.debug("consumer group heartbeat refused", group=req.group_id,
+                      member=req.member_id, error=e.code.name, reason=e.message)
+            return HeartbeatResult(e.code, e.message)
+
+    def _validate(self, req: HeartbeatRequest) -> None:
+        """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid."""
+        def invalid(message: str) -> GroupError:
+            return GroupError(ErrorCode.INVALID_REQUEST, message)
+
+        if not req.group_id:
+            raise invalid("GroupId can't be empty.")
+        if req.instance_id == "":
+            raise invalid("InstanceId can't be empty.")
+        if req.rack_id == "":
+            raise invalid("RackId can't be empty.")
+        epoch = req.member_epoch
+        if (epoch > 0 or epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH)) \
+                and not req.member_id:
+            raise invalid("MemberId can't be empty.")
+        if epoch == 0:
+            if req.rebalance_timeout_ms == -1:
+                raise invalid("RebalanceTimeoutMs must be provided in first request.")
+            if req.owned is None or req.owned:
+                raise invalid("TopicPartitions must be empty when (re-)joining.")
+            if not req.subscribed_topic_names and not req.subscribed_topic_regex:
+                raise invalid("SubscribedTopicNames or SubscribedTopicRegex must be set in "
+                              "first request.")
+        elif epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            if req.instance_id is None:
+                raise invalid("InstanceId can't be null.")
+        elif epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            raise invalid("MemberEpoch is invalid.")
+        if req.subscribed_topic_regex:
+            self._pattern(req.subscribed_topic_regex)
+        if req.server_assignor is not None and req.server_assignor not in self.config.assignors:
+            raise GroupError(ErrorCode.UNSUPPORTED_ASSIGNOR,
+                             f"ServerAssignor {req.server_assignor} is not supported. Supported "
+                             f"assignors: {', '.join(self.config.assignors)}.")
+
+    def _pattern(self, regex: str) -> re.Pattern[str]:
+        pattern = self._regexes.get(regex)
+        if pattern is None:
+            try:
+                pattern = compile_regex(regex)
+            except re.error as e:
+                raise GroupError(ErrorCode.INVALID_REGULAR_EXPRESSION,
+                                 f"SubscribedTopicRegex `{regex}` is not a valid regular "
+                                 f"expression: {e}.") from None
+            if len(self._regexes) > 1000:
+                self._regexes.clear()
+            self._regexes[regex] = pattern
+        return pattern
+
+    def _heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
+        joining = req.member_epoch == 0
+        group = self.group_for_heartbeat(req.group_id, create=joining)
+        created = group.group_id not in self.groups
+        try:
+            return self._member_heartbeat(group, req)
+        finally:
+            if created and group.members:
+                self.groups[group.group_id] = group
+                self._persist(group)
+
+    def _member_heartbeat(self, group: ConsumerGroup, req: HeartbeatRequest) -> HeartbeatResult:
+        member_id = req.member_id
+        if len(group.members) >= self.config.max_size and (
+                not member_id or member_id not in group.members):
+            raise GroupError(ErrorCode.GROUP_MAX_SIZE_REACHED,
+                             "The consumer group has reached its maximum capacity of "
+                             f"{self.config.max_size} members.")
+        member_id = member_id or new_member_id()
+        if req.instance_id is None:
+            member = self._dynamic_member(group, member_id, req)
+        else:
+            member = self._static_member(group, member_id, req)
+        updated = replace(
+            member,
+            instance_id=req.instance_id if req.instance_id is not None else member.instance_id,
+            rack_id=req.rack_id if req.rack_id is not None else member.rack_id,
+            rebalance_timeout_ms=(req.rebalance_timeout_ms if req.rebalance_timeout_ms != -1
+                                  else member.rebalance_timeout_ms),
+            server_assignor=(req.server_assignor if req.server_assignor is not None
+                             else member.server_assignor),
+            subscribed_topic_names=(tuple(sorted(set(req.subscribed_topic_names)))
+                                    if req.subscribed_topic_names is not None
+                                    else member.subscribed_topic_names),
+            subscribed_topic_regex=((req.subscribed_topic_regex or None)
+                                    if req.subscribed_topic_regex is not None
+                                    else member.subscribed_topic_regex),
+            client_id=req.client_id, client_host=req.client_host)
+        bump = (updated.subscribed_topic_names != member.subscribed_topic_names
+                or updated.subscribed_topic_regex != member.subscribed_topic_regex)
+        if updated.member_id not in group.members:
+            log.info("member joins the consumer group", group=group.group_id, member=member_id,
+                     instance=updated.instance_id)
+        group.update_member(updated)
+        bump = self._resolve_regex(group, updated, req.topic_allowed) or bump
+        bump = self._refresh_subscription_metadata(group) or bump
+        if bump:
+            self._bump_group_epoch(group, f"member {member_id} joined or changed")
+        if group.group_epoch > group.assignment_epoch:
+            self._compute_target_assignment(group)
+        reconciled = self._reconcile(group, updated, req.owned)
+        self._schedule_session(group.group_id, member_id)
+        full = req.member_epoch == 0 or (
+            req.rebalance_timeout_ms != -1 and req.owned is not None
+            and (req.subscribed_topic_names is not None
+                 or req.subscribed_topic_regex is not None))
+        changed = reconciled.assigned != member.assigned
+        return HeartbeatResult(ErrorCode.NONE, None, member_id, reconciled.member_epoch,
+                               self.config.heartbeat_interval_ms,
+                               reconciled.assigned if full or changed else None)
+
+    def group_for_heartbeat(self, group_id: str, create: bool) -> ConsumerGroup:
+        """Kafka's getOrMaybeCreateConsumerGroup: an empty classic group gives way to a new
+        consumer group (its offsets stay); a group with classic members is not a consumer
+        group. A created group joins ``groups`` once it has a member."""
+        group = self.groups.get(group_id)
+        if group is not None:
+            return group
+        classic = self.owner.groups.get(group_id)
+        if not create:
+            if classic is None:
+                raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND,
+                                 f"Consumer group {group_id} not found.")
+            raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND,
+                             f"Group {group_id} is not a consumer group.")
+        group = ConsumerGroup(group_id=group_id)
+        if classic is not None:
+            if not classic.is_(GroupState.EMPTY):
+                raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND,
+                                 f"Group {group_id} is not a consumer group.")
+            group.take_offsets(classic)
+        return group
+
+    def _dynamic_member(self, group: ConsumerGroup, member_id: str, req: HeartbeatRequest
+                        ) -> ConsumerGroupMember:
+        member = group.members.get(member_id)
+        if member is None:
+            if req.member_epoch != 0:
+                raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                 f"Member {member_id} is not a member of group "
+                                 f"{group.group_id}.")
+            return ConsumerGroupMember(member_id, rebalance_timeout_ms=req.rebalance_timeout_ms)
+        self._check_member_epoch(member, req.member_epoch, req.owned)
+        return member
+
+    def _static_member(self, group: ConsumerGroup, member_id: str, req: HeartbeatRequest
+                       ) -> ConsumerGroupMember:
+        """Kafka's getOrMaybeSubscribeStaticConsumerGroupMember: a static member rejoining
+        under a new member id replaces the previous one, which must have left (epoch -2)."""
+        assert req.instance_id is not None
+        existing = group.static_member(req.instance_id)
+        if req.member_epoch == 0:
+            if existing is None:
+                member = group.members.get(member_id)
+                if member is not None:
+                    return member
+                return ConsumerGroupMember(member_id,
+                                           rebalance_timeout_ms=req.rebalance_timeout_ms)
+            if existing.member_id == member_id:
+                return existing  # the same member rejoining
+            if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                raise GroupError(ErrorCode.UNRELEASED_INSTANCE_ID,
+                                 f"Static member {member_id} with instance id "
+                                 f"{req.instance_id} cannot join the group because the instance "
+                                 f"id is owned by {existing.member_id} member.")
+            return self._replace_static_member(group, existing, member_id)
+        if existing is None:
+            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID,
+                             f"Instance id {req.instance_id} is unknown.")
+        if existing.member_id != member_id:
+            raise GroupError(ErrorCode.FENCED_INSTANCE_ID,
+                             f"Static member {member_id} with instance id {req.instance_id} "
+                             f"was fenced by member {existing.member_id}.")
+        self._check_member_epoch(existing, req.member_epoch, req.owned)
+        return existing
+
+    def _replace_static_member(self, group: ConsumerGroup, old: ConsumerGroupMember,
+                               member_id: str) -> ConsumerGroupMember:
+        """The new member id takes over the old one's partitions and target, at epoch 0."""
+        target = group.target_assignment.get(old.member_id)
+        regex = group.resolved_regex.get(old.member_id)
+        group.remove_member(old.member_id)
+        self._cancel_deadlines(group.group_id, old.member_id)
+        new = replace(old, member_id=member_id, member_epoch=0, previous_member_epoch=0)
+        if target is not None:
+            group.target_assignment[member_id] = target
+        if regex is not None:
+            group.resolved_regex[member_id] = regex
+        group.update_member(new)
+        log.info("static member replaced", group=group.group_id, instance=old.instance_id,
+                 old=old.member_id, new=member_id)
+        return new
+
+    @staticmethod
+    def _check_member_epoch(member: ConsumerGroupMember, epoch: int, owned: Owned | None
+                            ) -> None:
+        """Kafka's throwIfConsumerGroupMemberEpochIsInvalid. Epoch 0 is a rejoin, always
+        accepted; the previous epoch is accepted with a subset of the assignment, since the
+        answer that moved the member on may have been lost."""
+        if epoch == 0:
+            return
+        if epoch > member.member_epoch:
+            raise GroupError(ErrorCode.FENCED_MEMBER_EPOCH,
+                             f"The consumer group member has a greater member epoch ({epoch}) "
+                             "than the one known by the group coordinator "
+                             f"({member.member_epoch}). The member must abandon all its "
+                             "partitions and rejoin.")
+        if epoch < member.member_epoch and (
+                epoch != member.previous_member_epoch or not _is_subset(owned, member.assigned)):
+            raise GroupError(ErrorCode.FENCED_MEMBER_EPOCH,
+                             f"The consumer group member has a smaller member epoch ({epoch}) "
+                             "than the one known by the group coordinator "
+                             f"({member.member_epoch}). The member must abandon all its "
+                             "partitions and rejoin.")
+
+    # -- subscriptions and the target assignment ------------------------------------------
+    def _resolve_regex(self, group: ConsumerGroup, member: ConsumerGroupMember,
+                       allowed: Callable[[str], bool]) -> bool:
+        """The topics the member's regex matches now (whole names, internal topics never, only
+        those the member may DESCRIBE); True if that changed."""
+        old = group.resolved_regex.get(member.member_id, frozenset())
+        if member.subscribed_topic_regex is None:
+            new: frozenset[str] = frozenset()
+        else:
+            pattern = self._pattern(member.subscribed_topic_regex)
+            new = frozenset(name for name in self._topics()
+                            if name not in INTERNAL_TOPICS and pattern.fullmatch(name)
+                            and allowed(name))
+        if new:
+            group.resolved_regex[member.member_id] = new
+        else:
+            group.resolved_regex.pop(member.member_id, None)
+        return new != old
+
+    def _refresh_subscription_metadata(self, group: ConsumerGroup) -> bool:
+        """The subscribed topics that exist, with their ids and partition counts; a change
+        (a topic created, deleted, grown) bumps the group epoch."""
+        topics = self._topics()
+        metadata = {}
+        for name in group.subscribed_topics():
+            info = topics.get(name)
+            if info is not None:
+                metadata[name] = (info.topic_id, info.partitions)
+        if metadata == group.subscription_metadata:
+            return False
+        group.subscription_metadata = metadata
+        return True
+
+    def _bump_group_epoch(self, group: ConsumerGroup, reason: str) -> None:
+        group.group_epoch += 1
+        group.update_state()
+        self.rebalances[group.group_id] = self.rebalances.get(group.group_id, 0) + 1
+        log.info("group epoch bumped", group=group.group_id, epoch=group.group_epoch,
+                 reason=reason, members=len(group.members))
+        self._persist(group)
+
+    def _compute_target_assignment(self, group: ConsumerGroup) -> None:
+        """Kafka's TargetAssignmentBuilder: the assignor sees each member's existing subscribed
+        topics and its current target (for stickiness); the result is the new target at the
+        group epoch."""
+        metadata = group.subscription_metadata
+        names = {topic_id: name for name, (topic_id, _count) in metadata.items()}
+        subscriptions = {}
+        for member_id, m in group.members.items():
+            owned = {names[t]: parts for t, parts in group.target_assignment.get(
+                member_id, {}).items() if t in names}
+            subscriptions[member_id] = MemberSubscription(
+                member_id, m.instance_id, m.rack_id,
+                frozenset(t for t in group.member_topics(m) if t in metadata), owned)
+        assignor_name = group.preferred_assignor(self.config.assignors[0])
+        result = ASSIGNORS[assignor_name].assign(
+            subscriptions, {name: count for name, (_id, count) in metadata.items()})
+        group.target_assignment = {
+            member_id: {metadata[t][0]: frozenset(parts) for t, parts in assignment.items()
+                        if parts and t in metadata}
+            for member_id, assignment in result.items()}
+        group.assignment_epoch = group.group_epoch
+        group.update_state()
+        log.info("target assignment computed", group=group.group_id, epoch=group.group_epoch,
+                 assignor=assignor_name, members=len(group.members))
+
+    def _reconcile(self, group: ConsumerGroup, member: ConsumerGroupMember, owned: Owned | None
+                   ) -> ConsumerGroupMember:
+        """Kafka's maybeReconcile: one step towards the target; a member that must revoke gets
+        its rebalance timeout, which any other state cancels."""
+        if member.is_reconciled_to(group.assignment_epoch):
+            return member
+        target = group.target_assignment.get(member.member_id, {})
+        updated = reconcile(member, group.assignment_epoch, target,
+                            group.current_partition_epoch, owned)
+        if updated == member:
+            return member
+        group.update_member(updated)
+        key = (group.group_id, member.member_id, "rebalance")
+        if updated.state == MemberState.UNREVOKED_PARTITIONS:
+            epoch = updated.member_epoch
+            self._schedule(key, updated.rebalance_timeout_ms,
+                           lambda: self._rebalance_expired(group.group_id, member.member_id,
+                                                           epoch))
+        else:
+            self._cancel(key)
+        log.debug("member reconciled", group=group.group_id, member=member.member_id,
+                  epoch=updated.member_epoch, state=updated.state.value)
+        return updated
+
+    # -- leaving and fencing ---------------------------------------------------------------
+    def _leave(self, req: HeartbeatRequest) -> HeartbeatResult:
+        """Kafka's consumerGroupLeave: -1 leaves; -2 is a static member leaving for a while,
+        keeping its place (and partitions) until its session ends or it is replaced."""
+        group = self.groups.get(req.group_id)
+        if group is None:
+            raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND,
+                             f"Consumer group {req.group_id} not found.")
+        if req.instance_id is None:
+            member = group.members.get(req.member_id)
+            if member is None:
+                raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                 f"Member {req.member_id} is not a member of group "
+                                 f"{req.group_id}.")
+        else:
+            member = group.static_member(req.instance_id)
+            if member is None:
+                raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                 f"Instance id {req.instance_id} is unknown.")
+            if member.member_id != req.member_id:
+                raise GroupError(ErrorCode.FENCED_INSTANCE_ID,
+                                 f"Static member {req.member_id} with instance id "
+                                 f"{req.instance_id} was fenced by member {member.member_id}.")
+            if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                group.update_member(replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+                                            pending_revocation={}))
+                log.info("static member left for now", group=group.group_id,
+                         member=member.member_id, instance=req.instance_id)
+                return HeartbeatResult(ErrorCode.NONE, None, member.member_id,
+                                       LEAVE_GROUP_STATIC_MEMBER_EPOCH)
+        self.fence_member(group, member.member_id, "left the group")
+        return HeartbeatResult(ErrorCode.NONE, None, req.member_id, req.member_epoch)
+
+    def fence_member(self, group: ConsumerGroup, member_id: str, reason: str) -> None:
+        """Kafka's consumerGroupFenceMember: the member goes and the group epoch is bumped."""
+        if group.remove_member(member_id) is None:
+            return
+        self._cancel_deadlines(group.group_id, member_id)
+        log.info("member removed", group=group.group_id, member=member_id, reason=reason)
+        self._refresh_subscription_metadata(group)
+        self._bump_group_epoch(group, f"member {member_id} {reason}")
+
+    def _session_expired(self, group_id: str, member_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is not None and member_id in group.members:
+            self.fence_member(group, member_id, "session timed out")
+
+    def _rebalance_expired(self, group_id: str, member_id: str, epoch: int) -> None:
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if group is not None and member is not None and member.member_epoch == epoch:
+            self.fence_member(group, member_id,
+                              f"did not revoke its partitions of epoch {epoch} within the "
+                              "rebalance timeout")
+
+    # -- deadlines -------------------------------------------------------------------------
+    def _schedule_session(self, group_id: str, member_id: str) -> None:
+        self._schedule((group_id, member_id, "session"), self.config.session_timeout_ms,
+                       lambda: self._session_expired(group_id, member_id))
+
+    def _schedule(self, key: tuple[str, str, str], timeout_ms: int,
+                  on_expiry: Callable[[], None]) -> None:
+        self._cancel(key)
+
+        def expired() -> None:
+            if self._deadlines.get(key) is op:
+                del self._deadlines[key]
+            on_expiry()
+
+        op = DelayedMemberDeadline(expired, max(timeout_ms, 0))
+        self._deadlines[key] = op
+        self.purgatory.try_complete_else_watch(op, [key])
+
+    def _cancel(self, key: tuple[str, str, str]) -> None:
+        op = self._deadlines.pop(key, None)
+        if op is not None:
+            op.force_complete()
+
+    def _cancel_deadlines(self, group_id: str, member_id: str) -> None:
+        self._cancel((group_id, member_id, "session"))
+        self._cancel((group_id, member_id, "rebalance"))
+
+    # -- the group record ------------------------------------------------------------------
+    def _persist(self, group: ConsumerGroup) -> None:
+        """The group epoch to __consumer_offsets, so the group outlives a restart as a consumer
+        group. Written behind the answer: members are not stored, so nothing a client is told
+        depends on it."""
+        if self.groups.get(group.group_id) is not group:
+            return
+        records = [(consumer_group_key(group.group_id), consumer_group_value(group.group_epoch))]
+        classic = self.owner.groups.pop(group.group_id, None)
+        if classic is not None and classic.generation_id > 0:
+            records.append((group_key(group.group_id), None))
+        self.owner.store.write(group.group_id, records).add_done_callback(
+            lambda f: f.result() == ErrorCode.NONE or log.warning(
+                "consumer group record not written", group=group.group_id,
+                error=f.result().name))
+
+    def tombstone(self, group_id: str) -> tuple[bytes, None]:
+        return consumer_group_key(group_id), None
+
+    def remove_group(self, group: ConsumerGroup) -> None:
+        """The group is deleted or gives way to a classic group (the caller writes the
+        tombstone); its members' deadlines go with it."""
+        for member_id in list(group.members):
+            self._cancel_deadlines(group.group_id, member_id)
+        group.state = ConsumerGroupState.DEAD
+        self.groups.pop(group.group_id, None)
+        self.rebalances.pop(group.group_id, None)
+
+    def restore(self, groups: Mapping[str, ConsumerGroup]) -> None:
+        self.groups = dict(groups)
+        for group in self.groups.values():
+            group.update_state()
+
+
+def _is_subset(owned: Owned | None, assigned: Partitions) -> bool:
+    if owned is None:
+        return False
+    for topic_id, indexes in owned:
+        held = assigned.get(topic_id) if topic_id is not None else None
+        if held is None or any(p not in held for p in indexes):
+            return False
+    return True
+
