@@ -8,19 +8,22 @@ of its subscribers, and keep a member's owned partitions where balance allows (s
 rebalance moves few partitions. Output is deterministic for equal input (members are visited in
 sorted order, never in dict or set order).
 
-uniform, as Kafka's UniformAssignor: members with identical subscriptions share all partitions so
-that their counts differ by at most one; each keeps its owned partitions up to its quota, and the
-quota's extra partitions go first to members that already own more than the minimum, so the
-fewest partitions move. Members with different subscriptions: owned partitions of still
-subscribed topics are kept, the rest are handed to the least loaded subscribers, busiest topics
-first, and then partitions move from the most to the least loaded subscribers of each topic
-until no topic's subscribers differ by more than one (or a bounded number of passes is spent).
+uniform, as Kafka's UniformAssignor. Members with identical subscriptions share all partitions
+so that their counts differ by at most one; each keeps its owned partitions up to its quota, and
+the quota's extra partitions go first to members already owning more than the minimum, so the
+fewest partitions move (Kafka hands them out in member order, which can move a few more).
+Members with different subscriptions keep their owned partitions of still subscribed topics; the
+rest go to the least loaded subscribers, topics with most partitions per subscriber first; then
+partitions move from the most to the least loaded subscribers of each topic until no member
+holding one of a topic's partitions has two more than another subscriber of it (or a bounded
+number of passes is spent: mixed subscriptions are balanced where possible, not perfectly).
 
 range, as Kafka's RangeAssignor: per topic, subscribers ordered static members first (by
 instance id) then by member id each get a contiguous range, the first ones one partition more,
 so members with the same subscription get the same partition numbers of co-partitioned topics.
-It is sticky as the range assignor of Kafka 3.7 was: a member keeps its lowest owned partitions
-up to its share of the topic, and only the rest is handed out as ranges.
+It is sticky as Kafka's server-side range assignor was before 3.9 (since then Kafka recomputes
+the ranges every time): a member keeps its lowest owned partitions up to its share of the
+topic, and only the rest is handed out as ranges. A fresh assignment is the same as Kafka's.
 
 Rack awareness (Kafka's preference for partitions with a replica on the member's rack) is left
 out: rack_id is carried but not used. A topic missing from partition_counts counts as having no
@@ -126,17 +129,15 @@ def _uniform_homogeneous(order: list[str], topics: frozenset[str],
 
     result: dict[str, dict[str, list[int]]] = {}
     assigned: dict[str, set[int]] = {t: set() for t in topics}
-    revoked: list[tuple[str, int]] = []
     for member_id in order:
         room = quota[member_id]
         kept: dict[str, list[int]] = {}
         for topic, parts in owned[member_id].items():  # sorted by topic, then partition
-            keep = parts[:room]
+            keep = parts[:room]  # the rest is revoked: free below
             room -= len(keep)
             if keep:
-                kept[topic] = list(keep)
+                kept[topic] = keep
                 assigned[topic].update(keep)
-            revoked.extend((topic, p) for p in parts[len(keep):])
         result[member_id] = kept
 
     # Partitions nobody keeps, in topic then partition order, so fresh ones go out in runs.
@@ -280,14 +281,21 @@ class RangeAssignor:
                partition_counts: Mapping[str, int]) -> dict[str, Assignment]:
         order = sorted(members, key=lambda m: _range_rank(members[m]))
         owned = _valid_owned(members, order, partition_counts)
-        result: dict[str, dict[str, list[int]]] = {m: {} for m in order}
-        subscribers: dict[str, list[str]] = {}
+        owners: dict[str, dict[str, list[int]]] = {}  # topic -> member -> owned, in order
         for member_id in order:
-            for topic in members[member_id].topics:
-                subscribers.setdefault(topic, []).append(member_id)
+            for topic, parts in owned[member_id].items():
+                owners.setdefault(topic, {})[member_id] = parts
+        subscribers: dict[str, list[str]] = {}
+        if order and all(members[m].topics == members[order[0]].topics for m in order):
+            subscribers = dict.fromkeys(members[order[0]].topics, order)
+        else:
+            for member_id in order:
+                for topic in members[member_id].topics:
+                    subscribers.setdefault(topic, []).append(member_id)
+        result: dict[str, dict[str, list[int]]] = {m: {} for m in order}
         for topic in sorted(subscribers):
             shares = _range_topic(subscribers[topic], partition_counts.get(topic, 0),
-                                  {m: owned[m].get(topic, []) for m in subscribers[topic]})
+                                  owners.get(topic, {}))
             for member_id, parts in shares.items():
                 if parts:
                     result[member_id][topic] = parts
@@ -303,32 +311,39 @@ def _range_rank(sub: MemberSubscription) -> tuple[int, str, str]:
 
 def _range_topic(subs: list[str], count: int,
                  owned: dict[str, list[int]]) -> dict[str, list[int]]:
-    """One topic: `count // len(subs)` each, the first `count % len(subs)` one more. A member
-    keeps its lowest owned partitions up to that share (the extra ones go first to members that
-    own more than the minimum); the rest goes out in ascending runs in member order."""
+    """One topic over its subscribers (in range order): `count // len(subs)` each, the first
+    `count % len(subs)` one more. An owner keeps its lowest owned partitions up to that share,
+    the extra ones going first to owners holding more than the minimum; the rest goes out in
+    ascending runs in member order. `owned` lists only owners, in range order."""
     minimum, extra = divmod(count, len(subs))
-    kept = {m: owned[m][:minimum] for m in subs}
-    quota = dict.fromkeys(subs, minimum)
-    for member_id in subs:
-        if extra and len(owned[member_id]) > minimum:
-            kept[member_id] = owned[member_id][:minimum + 1]
-            quota[member_id] += 1
-            extra -= 1
-    for member_id in subs:
-        if extra and quota[member_id] == minimum:
-            quota[member_id] += 1
-            extra -= 1
+    shares: dict[str, list[int]] = {}
+    with_extra: set[str] = set()
     taken = [False] * count
-    for parts in kept.values():
-        for partition in parts:
+    for member_id, parts in owned.items():
+        keep = minimum
+        if extra and len(parts) > minimum:
+            keep += 1
+            extra -= 1
+            with_extra.add(member_id)
+        shares[member_id] = parts[:keep]
+        for partition in shares[member_id]:
             taken[partition] = True
     free = [p for p in range(count) if not taken[p]]
     at = 0
-    shares: dict[str, list[int]] = {}
     for member_id in subs:
-        need = quota[member_id] - len(kept[member_id])
-        shares[member_id] = kept[member_id] + free[at:at + need]
-        at += need
+        if at >= len(free):
+            break  # the shares add up to count, so nobody further needs anything
+        quota = minimum
+        if member_id in with_extra:
+            quota += 1
+        elif extra:
+            quota += 1
+            extra -= 1
+        kept = shares.get(member_id, [])
+        need = quota - len(kept)
+        if need > 0:
+            shares[member_id] = kept + free[at:at + need]
+            at += need
     return shares
 
 
