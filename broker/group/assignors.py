@@ -363,7 +363,7 @@ def assignor_names(configured: list[str]) -> list[str]:
     """group.consumer.assignors entries as short names: "uniform"/"range" or Kafka's class names
     (org.apache.kafka.coordinator.group.assignor.UniformAssignor / RangeAssignor); ValueError
     naming the entry for anything else. Order is kept (the first is the default); a repeat is
-    dropped."""
+    dropped; none at all is a ValueError too, as a group needs a default."""
     names: list[str] = []
     for entry in configured:
         name = entry.strip()
@@ -372,4 +372,6 @@ def assignor_names(configured: list[str]) -> list[str]:
             raise ValueError(f"group.consumer.assignors: unknown assignor {entry!r}")
         if name not in names:
             names.append(name)
+    if not names:
+        raise ValueError("group.consumer.assignors: at least one assignor is needed")
     return names

@@ -327,3 +327,5 @@ def test_assignor_names() -> None:
         assignor_names(["uniform", "sticky"])
     with pytest.raises(ValueError, match="org.example.MyAssignor"):
         assignor_names(["org.example.MyAssignor"])
+    with pytest.raises(ValueError, match="at least one"):
+        assignor_names([])
