@@ -604,21 +604,33 @@ class BrokerCollector(Collector):
 
     # -- groups --------------------------------------------------------------------------------
     def _groups(self, coordinator: GroupCoordinator, rm: ReplicaManager) -> Iterator[Metric]:
+        from broker.group.consumer_group import ConsumerGroupState
         from broker.group.metadata import GroupState
 
-        groups = sorted(coordinator.groups.values(), key=lambda g: g.group_id)
-        by_state = GaugeMetricFamily(f"{PREFIX}_groups", "Consumer groups, by state.",
-                                     labels=["state"])
+        classic = sorted(coordinator.groups.values(), key=lambda g: g.group_id)
+        consumer = coordinator.consumer
+        modern = sorted(consumer.groups.values(), key=lambda g: g.group_id)
+        by_state = GaugeMetricFamily(f"{PREFIX}_groups",
+                                     "Groups, by protocol (classic, consumer) and state.",
+                                     labels=["protocol", "state"])
         for state in GroupState:
-            by_state.add_metric([state.value], sum(1 for g in groups if g.state is state))
+            by_state.add_metric(["classic", state.value],
+                                sum(1 for g in classic if g.state is state))
+        for cstate in ConsumerGroupState:
+            by_state.add_metric(["consumer", cstate.value],
+                                sum(1 for g in modern if g.state is cstate))
         yield by_state
         members = GaugeMetricFamily(f"{PREFIX}_group_members", "Members of a group.",
                                     labels=["group"])
         generation = GaugeMetricFamily(f"{PREFIX}_group_generation",
-                                       "Generation of a group (one per completed join).",
+                                       "Generation of a classic group (one per completed join).",
                                        labels=["group"])
+        epoch = GaugeMetricFamily(f"{PREFIX}_consumer_group_epoch",
+                                  "Group epoch of a consumer-protocol group.", labels=["group"])
         rebalances = CounterMetricFamily(f"{PREFIX}_group_rebalances",
-                                         "Rebalances started (since start).", labels=["group"])
+                                         "Rebalances started (since start): classic join phases, "
+                                         "consumer-protocol group epoch bumps.",
+                                         labels=["group"])
         committed = GaugeMetricFamily(f"{PREFIX}_group_committed_offset",
                                       "Committed offset of a group on a partition.",
                                       labels=["group", "topic", "partition"])
@@ -626,19 +638,24 @@ class BrokerCollector(Collector):
                                 "High watermark minus committed offset (records not yet "
                                 "consumed by the group).", labels=["group", "topic", "partition"])
         partitions = rm.partitions
-        for g in groups:
+        for g in [*classic, *modern]:
             members.add_metric([g.group_id], len(g.members))
-            generation.add_metric([g.group_id], g.generation_id)
             for (topic, index), om in sorted(g.offsets.items()):
                 lab = [g.group_id, topic, str(index)]
                 committed.add_metric(lab, om.offset)
                 p = partitions.get((topic, index))
                 if p is not None:
                     lag.add_metric(lab, max(p.high_watermark - om.offset, 0))
-        for gid, n in sorted(coordinator.rebalances.items()):
+        for g in classic:
+            generation.add_metric([g.group_id], g.generation_id)
+        for cg in modern:
+            epoch.add_metric([cg.group_id], cg.group_epoch)
+        for gid, n in sorted([*coordinator.rebalances.items(), *consumer.rebalances.items()]):
             rebalances.add_metric([gid], n)
-        yield from (members, generation, rebalances, committed, lag)
-
+        heartbeats = CounterMetricFamily(f"{PREFIX}_consumer_group_heartbeats",
+                                         "ConsumerGroupHeartbeat requests handled (since start).",
+                                         value=consumer.heartbeats)
+        yield from (members, generation, epoch, rebalances, committed, lag, heartbeats)
 
     # -- transactions ----------------------------------------------------------------------------
     def _transactions(self, transactions: Any, rm: ReplicaManager) -> Iterator[Metric]:
