@@ -31,6 +31,9 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     )
     group = coordinator.groups.get(req.group_id)
     names = (group.protocol_type, group.protocol_name) if group else (None, None)
+    if req.group_id in coordinator.consumer.groups:
+        # A classic member of a consumer group: Kafka echoes the request's protocol.
+        names = (getattr(req, "protocol_type", None), getattr(req, "protocol_name", None))
     if isinstance(result, tuple):
         return _response(result, names)
     return answer_later(result, lambda r: _response(r, names))

@@ -29,6 +29,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import structlog
+from kafka.protocol.consumer.metadata import (
+    ConsumerProtocolAssignment,
+    ConsumerProtocolSubscription,
+)
 
 from broker.config import BrokerConfig
 from broker.group.assignors import ASSIGNORS, MemberSubscription, assignor_names
@@ -43,7 +47,7 @@ from broker.group.consumer_group import (
     compile_regex,
     reconcile,
 )
-from broker.group.metadata import GroupState
+from broker.group.metadata import GroupState, JoinResult
 from broker.group.offsets_store import consumer_group_key, consumer_group_value, group_key
 from protocol.errors import ErrorCode
 from purgatory import DelayedOperation, Purgatory
@@ -146,6 +150,7 @@ class ConsumerGroupCoordinator:
         self._regexes: dict[str, re.Pattern[str]] = {}
         self.rebalances: dict[str, int] = {}  # group epoch bumps per group (metrics)
         self.heartbeats = 0
+        self.classic = ClassicMembers(self)
 
     # -- ConsumerGroupHeartbeat ------------------------------------------------------------
     def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
@@ -247,20 +252,9 @@ class ConsumerGroupCoordinator:
                                     if req.subscribed_topic_regex is not None
                                     else member.subscribed_topic_regex),
             client_id=req.client_id, client_host=req.client_host)
-        bump = (updated.subscribed_topic_names != member.subscribed_topic_names
-                or updated.subscribed_topic_regex != member.subscribed_topic_regex)
-        if updated.member_id not in group.members:
-            log.info("member joins the consumer group", group=group.group_id, member=member_id,
-                     instance=updated.instance_id)
-        group.update_member(updated)
-        bump = self._resolve_regex(group, updated, req.topic_allowed) or bump
-        bump = self._refresh_subscription_metadata(group) or bump
-        if bump:
-            self._bump_group_epoch(group, f"member {member_id} joined or changed")
-        if group.group_epoch > group.assignment_epoch:
-            self._compute_target_assignment(group)
-        reconciled = self._reconcile(group, updated, req.owned)
-        self._schedule_session(group.group_id, member_id)
+        reconciled = self._update_and_reconcile(group, member, updated, req.owned,
+                                                req.topic_allowed)
+        self._schedule_session(group.group_id, member_id, self.config.session_timeout_ms)
         full = req.member_epoch == 0 or (
             req.rebalance_timeout_ms != -1 and req.owned is not None
             and (req.subscribed_topic_names is not None
@@ -269,6 +263,27 @@ class ConsumerGroupCoordinator:
         return HeartbeatResult(ErrorCode.NONE, None, member_id, reconciled.member_epoch,
                                self.config.heartbeat_interval_ms,
                                reconciled.assigned if full or changed else None)
+
+    def _update_and_reconcile(self, group: ConsumerGroup, member: ConsumerGroupMember,
+                              updated: ConsumerGroupMember, owned: Owned | None,
+                              topic_allowed: Callable[[str], bool]) -> ConsumerGroupMember:
+        """The three steps of every heartbeat (and of a classic member's join): the member's
+        update, bumping the group epoch if the subscriptions changed; a new target assignment
+        if the group epoch is ahead of it; the member's next reconciliation step."""
+        bump = (updated.subscribed_topic_names != member.subscribed_topic_names
+                or updated.subscribed_topic_regex != member.subscribed_topic_regex)
+        if updated.member_id not in group.members:
+            log.info("member joins the consumer group", group=group.group_id,
+                     member=updated.member_id, instance=updated.instance_id,
+                     protocol="classic" if updated.uses_classic_protocol else "consumer")
+        group.update_member(updated)
+        bump = self._resolve_regex(group, updated, topic_allowed) or bump
+        bump = self._refresh_subscription_metadata(group) or bump
+        if bump:
+            self._bump_group_epoch(group, f"member {updated.member_id} joined or changed")
+        if group.group_epoch > group.assignment_epoch:
+            self._compute_target_assignment(group)
+        return self._reconcile(group, updated, owned)
 
     def group_for_heartbeat(self, group_id: str, create: bool) -> ConsumerGroup:
         """Kafka's getOrMaybeCreateConsumerGroup: an empty classic group gives way to a new
@@ -520,9 +535,21 @@ class ConsumerGroupCoordinator:
                               "rebalance timeout")
 
     # -- deadlines -------------------------------------------------------------------------
-    def _schedule_session(self, group_id: str, member_id: str) -> None:
-        self._schedule((group_id, member_id, "session"), self.config.session_timeout_ms,
+    def _schedule_session(self, group_id: str, member_id: str, timeout_ms: int) -> None:
+        self._schedule((group_id, member_id, "session"), timeout_ms,
                        lambda: self._session_expired(group_id, member_id))
+
+    def _schedule_classic_deadline(self, group_id: str, member_id: str, kind: str,
+                                   timeout_ms: int) -> None:
+        """A classic member's join or sync deadline (its rebalance timeout): missing it fences
+        the member, as Kafka's consumerGroupJoinTimeout / SyncTimeout do."""
+        self._schedule((group_id, member_id, kind), timeout_ms,
+                       lambda: self._classic_deadline_expired(group_id, member_id, kind))
+
+    def _classic_deadline_expired(self, group_id: str, member_id: str, kind: str) -> None:
+        group = self.groups.get(group_id)
+        if group is not None and member_id in group.members:
+            self.fence_member(group, member_id, f"did not {kind} within the rebalance timeout")
 
     def _schedule(self, key: tuple[str, str, str], timeout_ms: int,
                   on_expiry: Callable[[], None]) -> None:
@@ -543,8 +570,8 @@ class ConsumerGroupCoordinator:
             op.force_complete()
 
     def _cancel_deadlines(self, group_id: str, member_id: str) -> None:
-        self._cancel((group_id, member_id, "session"))
-        self._cancel((group_id, member_id, "rebalance"))
+        for kind in ("session", "rebalance", "join", "sync"):
+            self._cancel((group_id, member_id, kind))
 
     # -- the group record ------------------------------------------------------------------
     def _persist(self, group: ConsumerGroup) -> None:
@@ -589,3 +616,168 @@ def _is_subset(owned: Owned | None, assigned: Partitions) -> bool:
             return False
     return True
 
+
+class ClassicMembers:
+    """Members speaking the classic protocol inside a consumer group (Kafka 4's mixed groups,
+    for rolling upgrades): JoinGroup is their heartbeat with a subscription, answered at once
+    with their member epoch as the generation; SyncGroup hands them their current assignment;
+    Heartbeat says REBALANCE_IN_PROGRESS when they should join again to move on."""
+
+    def __init__(self, coordinator: ConsumerGroupCoordinator) -> None:
+        self.c = coordinator
+
+    def join(self, group: ConsumerGroup, member_id: str, instance_id: str | None,
+             require_known_id: bool, client_id: str, client_host: str, rebalance_ms: int,
+             session_ms: int, protocol_type: str, protocols: list[tuple[str, bytes]]
+             ) -> JoinResult:
+        """Kafka's classicGroupJoinToConsumerGroup."""
+        c = self.c
+        unknown = not member_id
+        member_id = member_id or new_member_id()
+        try:
+            if len(group.members) >= c.config.max_size and member_id not in group.members:
+                raise GroupError(ErrorCode.GROUP_MAX_SIZE_REACHED)
+            if not group.supports_classic_protocols(protocol_type, {n for n, _ in protocols}):
+                raise GroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+            if require_known_id and unknown and instance_id is None:
+                return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id=member_id)
+            subscription = _subscription(protocols)
+            if subscription is None:
+                raise GroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+            topics, owned_names, rack = subscription
+            member = self._member(group, member_id, instance_id, unknown, rebalance_ms)
+        except GroupError as e:
+            return JoinResult(e.code, member_id=member_id)
+        updated = replace(
+            member, instance_id=instance_id if instance_id is not None else member.instance_id,
+            rack_id=rack if rack is not None else member.rack_id,
+            rebalance_timeout_ms=rebalance_ms, subscribed_topic_names=tuple(sorted(set(topics))),
+            client_id=client_id, client_host=client_host, classic_session_timeout_ms=session_ms,
+            classic_protocols=tuple(protocols))
+        ids = {name: info.topic_id for name, info in c._topics().items()}
+        owned: Owned = [(ids[t], parts) for t, parts in owned_names if t in ids]
+        reconciled = c._update_and_reconcile(group, member, updated, owned, lambda _n: True)
+        gid = group.group_id
+        c._cancel((gid, member_id, "join"))
+        c._schedule_session(gid, member_id, session_ms)
+        c._schedule_classic_deadline(gid, member_id, "sync", rebalance_ms)
+        return JoinResult(ErrorCode.NONE, reconciled.member_epoch, "consumer", protocols[0][0],
+                          "", member_id, [])
+
+    def _member(self, group: ConsumerGroup, member_id: str, instance_id: str | None,
+                unknown: bool, rebalance_ms: int) -> ConsumerGroupMember:
+        if instance_id is None:
+            member = group.members.get(member_id)
+            return member or ConsumerGroupMember(member_id, rebalance_timeout_ms=rebalance_ms)
+        existing = group.static_member(instance_id)
+        if existing is None:
+            return group.members.get(member_id) or ConsumerGroupMember(
+                member_id, rebalance_timeout_ms=rebalance_ms)
+        if existing.member_id == member_id:
+            return existing
+        if not unknown:
+            raise GroupError(ErrorCode.FENCED_INSTANCE_ID)
+        return self.c._replace_static_member(group, existing, member_id)
+
+    def _known(self, group: ConsumerGroup, member_id: str, instance_id: str | None
+               ) -> ConsumerGroupMember:
+        """Kafka's validateConsumerGroupMember, for a member of the classic protocol."""
+        if instance_id is None:
+            member = group.members.get(member_id)
+        else:
+            member = group.static_member(instance_id)
+            if member is not None and member.member_id != member_id:
+                raise GroupError(ErrorCode.FENCED_INSTANCE_ID)
+        if member is None or not member.uses_classic_protocol:
+            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
+        return member
+
+    def sync(self, group: ConsumerGroup, generation_id: int, member_id: str,
+             instance_id: str | None, protocol_type: str | None, protocol_name: str | None
+             ) -> tuple[ErrorCode, bytes]:
+        """Kafka's classicGroupSyncToConsumerGroup: the member's assignment as it stands."""
+        try:
+            member = self._known(group, member_id, instance_id)
+            if generation_id != member.member_epoch:
+                raise GroupError(ErrorCode.ILLEGAL_GENERATION)
+            first = (member.classic_protocols or (("", b""),))[0][0]
+            if (protocol_type is not None and protocol_type != "consumer") or (
+                    protocol_name is not None and protocol_name != first):
+                raise GroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+            self._raise_if_rebalancing(group, member)
+        except GroupError as e:
+            return e.code, b""
+        gid = group.group_id
+        self.c._cancel((gid, member.member_id, "sync"))
+        self.c._schedule_session(gid, member.member_id, member.classic_session_timeout_ms or 0)
+        names = {info.topic_id: name for name, info in self.c._topics().items()}
+        assignment = ConsumerProtocolAssignment(assigned_partitions=[
+            ConsumerProtocolAssignment.TopicPartition(topic=names[t], partitions=sorted(ps))
+            for t, ps in sorted(member.assigned.items(), key=lambda kv: str(kv[0]))
+            if t in names], user_data=None)
+        return ErrorCode.NONE, bytes(assignment.encode(version=0))
+
+    def _raise_if_rebalancing(self, group: ConsumerGroup, member: ConsumerGroupMember) -> None:
+        if group.group_epoch > member.member_epoch and (
+                member.state != MemberState.UNREVOKED_PARTITIONS):
+            self._join_again(group, member)
+            raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS)
+
+    def _join_again(self, group: ConsumerGroup, member: ConsumerGroupMember) -> None:
+        key = (group.group_id, member.member_id, "join")
+        if key not in self.c._deadlines:
+            self.c._schedule_classic_deadline(group.group_id, member.member_id, "join",
+                                              member.rebalance_timeout_ms)
+
+    def heartbeat(self, group: ConsumerGroup, member_id: str, instance_id: str | None,
+                  generation_id: int) -> ErrorCode:
+        """Kafka's classicGroupHeartbeatToConsumerGroup: REBALANCE_IN_PROGRESS when the group
+        moved on, the member must revoke, or partitions it waits for are free now."""
+        try:
+            member = self._known(group, member_id, instance_id)
+            if generation_id != member.member_epoch:
+                raise GroupError(ErrorCode.ILLEGAL_GENERATION)
+        except GroupError as e:
+            return e.code
+        self.c._schedule_session(group.group_id, member.member_id,
+                                 member.classic_session_timeout_ms or 0)
+        if (member.member_epoch < group.group_epoch
+                or member.state == MemberState.UNREVOKED_PARTITIONS
+                or (member.state == MemberState.UNRELEASED_PARTITIONS
+                    and not group.waiting_on_unreleased_partition(member))):
+            self._join_again(group, member)
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    def leave(self, group: ConsumerGroup, members: list[tuple[str, str | None]]
+              ) -> list[ErrorCode]:
+        """Kafka's classicGroupLeaveToConsumerGroup: each classic member named leaves."""
+        results = []
+        for member_id, instance_id in members:
+            if instance_id is None:
+                member = group.members.get(member_id)
+            else:
+                member = group.static_member(instance_id)
+                if member is not None and member_id and member.member_id != member_id:
+                    results.append(ErrorCode.FENCED_INSTANCE_ID)
+                    continue
+            if member is None or not member.uses_classic_protocol:
+                results.append(ErrorCode.UNKNOWN_MEMBER_ID)
+                continue
+            self.c.fence_member(group, member.member_id, "left the group")
+            results.append(ErrorCode.NONE)
+        return results
+
+
+def _subscription(protocols: list[tuple[str, bytes]]
+                  ) -> tuple[list[str], list[tuple[str, list[int]]], str | None] | None:
+    """The first protocol's ConsumerProtocolSubscription: topics, owned partitions, rack."""
+    for _name, metadata in protocols:
+        try:
+            sub = ConsumerProtocolSubscription.decode(metadata)
+        except Exception:
+            continue
+        owned = [(tp.topic, list(tp.partitions)) for tp in (
+            getattr(sub, "owned_partitions", None) or [])]
+        return list(sub.topics or []), owned, getattr(sub, "rack_id", None)
+    return None

@@ -69,6 +69,14 @@ class ConsumerGroupMember:
     state: MemberState = MemberState.STABLE
     assigned: Partitions = field(default_factory=dict)
     pending_revocation: Partitions = field(default_factory=dict)
+    # A member speaking the classic protocol (JoinGroup/SyncGroup) inside a consumer group:
+    # its session timeout and its protocols (name, subscription), as it joined.
+    classic_session_timeout_ms: int | None = None
+    classic_protocols: tuple[tuple[str, bytes], ...] | None = None
+
+    @property
+    def uses_classic_protocol(self) -> bool:
+        return self.classic_protocols is not None
 
     def is_reconciled_to(self, epoch: int) -> bool:
         return self.state == MemberState.STABLE and self.member_epoch == epoch
@@ -180,6 +188,28 @@ class ConsumerGroup(GroupOffsets):
     def member_topics(self, member: ConsumerGroupMember) -> frozenset[str]:
         return frozenset(member.subscribed_topic_names) | self.resolved_regex.get(
             member.member_id, frozenset())
+
+    def supports_classic_protocols(self, protocol_type: str, names: set[str]) -> bool:
+        """Kafka's supportsClassicProtocols: a classic member joins a consumer group only with
+        the consumer protocol type and a protocol every classic member already there has."""
+        if not names:
+            return False
+        if not self.members:
+            return True
+        classic = [m for m in self.members.values() if m.classic_protocols is not None]
+        if protocol_type != "consumer":
+            return False
+        return any(all(name in {n for n, _ in m.classic_protocols or ()} for m in classic)
+                   for name in names)
+
+    def waiting_on_unreleased_partition(self, member: ConsumerGroupMember) -> bool:
+        """Some partition of the member's target is still held by another member."""
+        for topic_id, parts in self.target_assignment.get(member.member_id, {}).items():
+            held = member.assigned.get(topic_id, frozenset())
+            if any(p not in held and self.current_partition_epoch(topic_id, p) != -1
+                   for p in parts):
+                return True
+        return False
 
     def preferred_assignor(self, default: str) -> str:
         """The server assignor most members ask for (Kafka's preferredServerAssignor)."""

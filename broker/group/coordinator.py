@@ -138,8 +138,13 @@ class GroupCoordinator:
         consumer_group = self.consumer.groups.get(group_id)
         if consumer_group is not None:
             if not consumer_group.is_empty():
-                # Members of the consumer protocol own it (no online migration here).
-                return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+                # A classic member joins the consumer group as it is (Kafka's mixed groups).
+                if rebalance_timeout_ms < 0:
+                    rebalance_timeout_ms = session_timeout_ms
+                return self.consumer.classic.join(
+                    consumer_group, member_id, instance_id, require_known_id, client_id,
+                    client_host, rebalance_timeout_ms, session_timeout_ms, protocol_type,
+                    protocols)
             self._classic_from_empty_consumer_group(consumer_group)
         group = self.groups.get(group_id)
         if group is None:
@@ -364,6 +369,10 @@ class GroupCoordinator:
         self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
         protocol_type: str | None, protocol_name: str | None, assignments: dict[str, bytes],
     ) -> tuple[ErrorCode, bytes] | asyncio.Future[tuple[ErrorCode, bytes]]:
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            return self.consumer.classic.sync(consumer_group, generation_id, member_id,
+                                              instance_id, protocol_type, protocol_name)
         group = self.groups.get(group_id)
         error = self._check_member(group, member_id, instance_id, generation_id)
         if error is not None:
@@ -416,6 +425,10 @@ class GroupCoordinator:
     # -- Heartbeat and LeaveGroup ----------------------------------------------------------------
     def heartbeat(self, group_id: str, member_id: str, instance_id: str | None,
                   generation_id: int) -> ErrorCode:
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            return self.consumer.classic.heartbeat(consumer_group, member_id, instance_id,
+                                                   generation_id)
         group = self.groups.get(group_id)
         error = self._check_member(group, member_id, instance_id, generation_id)
         if error is not None:
@@ -428,6 +441,9 @@ class GroupCoordinator:
 
     def leave_group(self, group_id: str, members: list[tuple[str, str | None]]
                     ) -> tuple[ErrorCode, list[ErrorCode]]:
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            return ErrorCode.NONE, self.consumer.classic.leave(consumer_group, members)
         group = self.groups.get(group_id)
         if group is None or group.is_(S.DEAD):
             return ErrorCode.UNKNOWN_MEMBER_ID, [ErrorCode.UNKNOWN_MEMBER_ID for _ in members]
@@ -938,6 +954,9 @@ def _consumer_commit_error(group: ConsumerGroup, member_id: str, member_epoch: i
     member = group.members.get(member_id)
     if member is None:
         return ErrorCode.UNKNOWN_MEMBER_ID
+    if member.uses_classic_protocol:
+        # A classic member's generation is its member epoch.
+        return None if member_epoch == member.member_epoch else ErrorCode.ILLEGAL_GENERATION
     if not transactional and api_version < 9:
         return ErrorCode.UNSUPPORTED_VERSION
     if member_epoch != member.member_epoch:

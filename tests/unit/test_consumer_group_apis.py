@@ -1,10 +1,10 @@
 """The consumer group protocol's requests through their handlers, as a client's bytes arrive.
 
 ConsumerGroupHeartbeat and ConsumerGroupDescribe on the wire; how the classic group APIs
-answer for a consumer group (ListGroups types and states, DescribeGroups Dead, JoinGroup
-INCONSISTENT_GROUP_PROTOCOL while it has members, an empty group switching protocol either
-way); DeleteGroups and offset expiry of consumer groups; OffsetFetch v9 member epochs; the
-authorization of both new APIs.
+answer for a consumer group (ListGroups types and states, DescribeGroups Dead, classic members
+joining a live consumer group, an empty group switching protocol either way); DeleteGroups and
+offset expiry of consumer groups; OffsetFetch v9 member epochs; the authorization of both new
+APIs.
 """
 
 from __future__ import annotations
@@ -128,17 +128,19 @@ async def test_list_and_describe_groups_by_type(parts: Components) -> None:
 
 
 async def test_protocol_exclusivity(parts: Components) -> None:
-    """A live consumer group refuses classic members; an empty one becomes classic, keeping
-    its offsets; a consumer heartbeat to a classic group with members is GROUP_ID_NOT_FOUND,
-    to an empty one it takes the group back."""
+    """A live consumer group refuses a classic member of another protocol type; an empty one
+    becomes classic, keeping its offsets; a consumer heartbeat to a classic group with members
+    is GROUP_ID_NOT_FOUND, to an empty one it takes the group back."""
     await call(parts, consumer_group_heartbeat.handle, join_request("m1"))
     join = JoinGroupRequest[5](group_id=GROUP, session_timeout_ms=10_000,
                                rebalance_timeout_ms=10_000, member_id="", group_instance_id=None,
                                protocol_type="consumer",
                                protocols=[JoinGroupRequest[5].JoinGroupRequestProtocol(
                                    name="range", metadata=b"")])
+    join.protocol_type = "connect"
     refused = await call(parts, join_group.handle, join)
     assert refused.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    join.protocol_type = "consumer"
     commit = await call(parts, offset_commit.handle, OffsetCommitRequest[9](
         group_id=GROUP, generation_id_or_member_epoch=1, member_id="m1", group_instance_id=None,
         topics=[OffsetCommitRequest[9].OffsetCommitRequestTopic(name="a", partitions=[
@@ -216,3 +218,55 @@ async def test_authorization(tmp_path: Path) -> None:
         assert described.groups[0].error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
     finally:
         await c.close()
+
+
+async def test_classic_member_joins_a_live_consumer_group(parts: Components) -> None:
+    """Kafka's mixed groups: a JoinGroup to a consumer group with members makes a classic
+    member of it, assigned by the server; SyncGroup hands out its share once released, its
+    Heartbeat asks it to join again while it waits, LeaveGroup fences it."""
+    from kafka.protocol.consumer.metadata import (
+        ConsumerProtocolAssignment,
+        ConsumerProtocolSubscription,
+    )
+
+    coordinator = parts.coordinator
+    await call(parts, consumer_group_heartbeat.handle, join_request("modern"))
+    subscription = bytes(ConsumerProtocolSubscription(
+        topics=["a"], user_data=None, owned_partitions=[]).encode(version=1))
+    first = coordinator.join_group(GROUP, "", None, True, "classic", "/h", 10_000, 10_000,
+                                   "consumer", [("range", subscription)])
+    assert first.error == ErrorCode.MEMBER_ID_REQUIRED
+    joined = coordinator.join_group(GROUP, first.member_id, None, True, "classic", "/h",
+                                    10_000, 10_000, "consumer", [("range", subscription)])
+    assert (joined.error, joined.generation_id, joined.protocol_name, joined.leader_id) == (
+        ErrorCode.NONE, 2, "range", "")
+    group = coordinator.consumer.groups[GROUP]
+    assert group.members[first.member_id].uses_classic_protocol
+    error, raw = coordinator.sync_group(GROUP, 2, first.member_id, None, "consumer", "range", {})
+    assert error == ErrorCode.NONE
+    assert ConsumerProtocolAssignment.decode(raw).assigned_partitions == []  # not released yet
+    assert coordinator.heartbeat(GROUP, first.member_id, None, 2) == ErrorCode.NONE
+    # The consumer member revokes: the classic one is told to join again and gets its share.
+    tid = parts.metadata.topics["a"].topic_id
+    kept = sorted(group.target_assignment["modern"][tid])
+    await call(parts, consumer_group_heartbeat.handle, join_request(
+        "modern", 1, topic_partitions=[TopicPartitions(topic_id=tid, partitions=[0, 1, 2])]))
+    await call(parts, consumer_group_heartbeat.handle, join_request(
+        "modern", 1, topic_partitions=[TopicPartitions(topic_id=tid, partitions=kept)]))
+    assert coordinator.heartbeat(GROUP, first.member_id, None, 2) == (
+        ErrorCode.REBALANCE_IN_PROGRESS)
+    again = coordinator.join_group(GROUP, first.member_id, None, True, "classic", "/h",
+                                   10_000, 10_000, "consumer", [("range", subscription)])
+    error, raw = coordinator.sync_group(GROUP, again.generation_id, first.member_id, None,
+                                        "consumer", "range", {})
+    [tp] = ConsumerProtocolAssignment.decode(raw).assigned_partitions
+    assert (error, tp.topic, sorted(tp.partitions)) == (
+        ErrorCode.NONE, "a", sorted({0, 1, 2} - set(kept)))
+    assert coordinator.sync_group(GROUP, 1, first.member_id, None, None, None, {})[0] == (
+        ErrorCode.ILLEGAL_GENERATION)
+    bad = coordinator.join_group(GROUP, "", None, True, "x", "/h", 10_000, 10_000, "consumer",
+                                 [("roundrobin", subscription)])
+    assert bad.error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL  # no protocol in common
+    assert coordinator.leave_group(GROUP, [(first.member_id, None), ("modern", None)]) == (
+        ErrorCode.NONE, [ErrorCode.NONE, ErrorCode.UNKNOWN_MEMBER_ID])
+    assert set(group.members) == {"modern"}
