@@ -132,6 +132,25 @@ def test_grab_filthiest_picks_the_dirtiest_above_its_ratio(lm: LogManager) -> No
         ("a", 0): 2, ("b", 0): 4}
 
 
+def test_a_tail_below_the_ratio_stays_dirty_and_ratio_zero_takes_any(lm: LogManager) -> None:
+    # a clean stopped at the segment that then took one update: that tail alone is under the
+    # ratio, so the older value of its key stays (Kafka's rule); at ratio 0 it is due, and a
+    # log with nothing dirty is never grabbed, so the cleaner does not spin
+    log = lm.create_log("t", 0, config(min_cleanable_dirty_ratio=0.3))
+    segments(log, [T0] * 4)
+    log.roll(T0)
+    write_offset_checkpoint(lm.log_dirs[0] / CLEANER_OFFSET_CHECKPOINT_FILE, {TP: 4})
+    m = CleanerManager(lm)
+    assert m.dirty_ratios(T0)[TP] == pytest.approx(0.2)
+    assert m.grab_filthiest(T0) is None
+    log.update_config(config(min_cleanable_dirty_ratio=0.0))
+    ltc = m.grab_filthiest(T0)
+    assert ltc is not None and (ltc.first_dirty_offset, ltc.first_uncleanable_offset) == (4, 5)
+    m.done_cleaning(TP, 5)
+    assert m.dirty_ratios(T0)[TP] == 0.0
+    assert m.grab_filthiest(T0) is None
+
+
 def test_max_compaction_lag_makes_a_log_due_below_its_ratio(lm: LogManager) -> None:
     log = lm.create_log("t", 0, config(min_cleanable_dirty_ratio=0.99,
                                        max_compaction_lag_ms=1000))
