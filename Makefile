@@ -6,7 +6,8 @@ STAMP := $(VENV)/.installed
 
 KAFKAJS := tests/conformance/kafkajs
 
-.PHONY: install run test lint bench system-deps java-deps java-client-deps node-deps pipeline-demo \
+.PHONY: install run test lint bench system-deps java-deps java-client-deps node-deps \
+	conformance-clients pipeline-demo \
 	clean
 
 $(STAMP): pyproject.toml
@@ -71,7 +72,16 @@ node-deps:
 	  [ -d $(KAFKAJS)/node_modules ] && [ $(KAFKAJS)/node_modules -nt $(KAFKAJS)/package-lock.json ] || \
 	  npm ci --prefix $(KAFKAJS) --no-audit --no-fund --loglevel=error; fi
 
-test: install system-deps java-deps java-client-deps node-deps
+# More clients for the conformance suite, each from its registry: node-rdkafka (npm, built
+# against Debian's librdkafka-dev), Debian's python3-confluent-kafka, Go's sarama and kafka-go
+# (Debian source packages). Each script installs what is missing, or records why it cannot in
+# .cache/<client>/unavailable, which its tests print when they skip.
+conformance-clients:
+	@bash tests/conformance/node_rdkafka/install.sh
+	@bash tests/conformance/debian_librdkafka/install.sh
+	@bash tests/conformance/go/install.sh
+
+test: install system-deps java-deps java-client-deps node-deps conformance-clients
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 pipeline-demo: install java-deps

@@ -5,7 +5,9 @@ only changed partitions and its response carries only partitions with news. A re
 fetch (isolation_level 1) reads up to the last stable offset and gets the aborted
 transactions of what it read (null for read_uncommitted, as Kafka answers). With ACLs on,
 each partition's topic needs READ, checked on every fetch of a session as Kafka does: a denied
-partition answers TOPIC_AUTHORIZATION_FAILED and is never read nor waited on.
+partition answers TOPIC_AUTHORIZATION_FAILED and is never read nor waited on. A client older
+than Fetch v10 cannot read zstd, so a partition of a topic whose compression.type is zstd
+answers it UNSUPPORTED_COMPRESSION_TYPE, as Kafka does.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 TopicResponse = FetchResponse.FetchableTopicResponse
 PartitionData = TopicResponse.PartitionData
 AbortedTransaction = PartitionData.AbortedTransaction
+ZSTD_FETCH_VERSION = 10  # the first Fetch version whose clients can read zstd
 
 
 def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
@@ -38,13 +41,15 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
         return FetchResponse(throttle_time_ms=0, error_code=error, session_id=0, responses=[])
     incremental = session is not None and req.session_epoch > INITIAL_EPOCH
     session_id = session.session_id if session is not None else 0
-    denied: list[int] = []
+    refused: dict[int, ErrorCode] = {}
     if ctx.authorizer.enabled:
         readable = filter_allowed(ctx, request, AclOperation.READ, ResourceType.TOPIC,
                                   (w.topic for w in wanted))
-        denied = [i for i, w in enumerate(wanted)
-                  if w.topic is not None and w.topic not in readable]
-    skip = set(denied)
+        refused = {i: ErrorCode.TOPIC_AUTHORIZATION_FAILED for i, w in enumerate(wanted)
+                   if w.topic is not None and w.topic not in readable}
+    if version < ZSTD_FETCH_VERSION:
+        refused.update(_zstd_refused(ctx, wanted, refused))
+    skip = refused
     fetches = [PartitionFetch((w.topic, w.index) if w.topic is not None else None,
                               w.fetch_offset, w.max_bytes)
                for i, w in enumerate(wanted) if i not in skip]
@@ -56,8 +61,8 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
                                                  isolation_level=req.isolation_level)
 
     def respond(res: list[FetchResult]) -> FetchResponse:
-        if denied:
-            res = _with_denied(res, denied)
+        if refused:
+            res = _with_refused(res, refused)
         return _response(wanted, res, version, session_id, incremental)
 
     if isinstance(results, list):
@@ -113,12 +118,25 @@ def _requested(ctx: ApiContext, req: Any, version: int) -> dict[Any, CachedParti
     return out
 
 
-def _with_denied(results: list[FetchResult], denied: list[int]) -> list[FetchResult]:
-    """The read partitions' results with TOPIC_AUTHORIZATION_FAILED put back in the places
-    (ascending) of the partitions that were not read."""
+def _zstd_refused(ctx: ApiContext, wanted: list[CachedPartition], refused: dict[int, ErrorCode]
+                  ) -> dict[int, ErrorCode]:
+    """The partitions of zstd topics among those not refused already."""
+    out: dict[int, ErrorCode] = {}
+    partitions = ctx.replica_manager.partitions
+    for i, w in enumerate(wanted):
+        partition = partitions.get((w.topic, w.index)) if i not in refused else None
+        if partition is not None and partition.log.config.compression_type == "zstd":
+            out[i] = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+    return out
+
+
+def _with_refused(results: list[FetchResult], refused: dict[int, ErrorCode]
+                  ) -> list[FetchResult]:
+    """The read partitions' results with each refused partition's error put back in its
+    place (ascending) among them."""
     merged = list(results)
-    for i in denied:
-        merged.insert(i, FetchResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+    for i in sorted(refused):
+        merged.insert(i, FetchResult(refused[i]))
     return merged
 
 

@@ -228,9 +228,12 @@ class LogValidator:
         return False
 
     def _timestamps_need_records(self, lat: bool, max_ts: int, now_ms: int) -> bool:
-        """Whether the CreateTime bounds need each record's timestamp, not just the header's."""
+        """Whether each record's timestamp must be read: for the CreateTime bounds, or to find
+        the max timestamp of a header that has none."""
         if not self.create_time or lat:
             return False  # no bounds, or every record carries the header's max timestamp
+        if max_ts < 0:
+            return True  # an old client's "no max timestamp" (sarama 1.22): Kafka finds it
         if self.before is not None:
             return True  # the header has no minimum timestamp
         return self.after is not None and max_ts - now_ms > self.after

@@ -121,9 +121,6 @@ def test_consumes_zstd_batches(sarama, broker: BrokerProcess) -> None:
     assert result["records"] == _sent(records)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "differs from Kafka: a topic whose compression.type is zstd answers Fetch below v10 with "
-    "the records; Kafka answers UNSUPPORTED_COMPRESSION_TYPE for the partition"))
 def test_zstd_topic_refuses_fetch_below_v10(sarama, broker: BrokerProcess) -> None:
     records = sample_records(10, seed=8)
     topic = unique_topic("sarama-zstd-topic")
@@ -134,10 +131,6 @@ def test_zstd_topic_refuses_fetch_below_v10(sarama, broker: BrokerProcess) -> No
     assert any(UNSUPPORTED_COMPRESSION in e for e in result["consumeErrors"]), result
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "differs from Kafka: sarama 1.22 leaves each batch's maxTimestamp at -1; Kafka's "
-    "LogValidator sets it from the records' timestamps, the broker keeps the -1 (unless "
-    "timestamp bounds make it read the records), so ListOffsets by timestamp finds nothing"))
 @pytest.mark.parametrize("codec", ["none", "lz4"])
 def test_batch_max_timestamp_from_records(sarama, broker: BrokerProcess, tmp_path: Path,
                                           codec: str) -> None:

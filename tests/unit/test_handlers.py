@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from kafka.protocol.admin import CreateTopicsRequest, DeleteTopicsRequest
 from kafka.protocol.consumer import (
+    FetchRequest,
     HeartbeatRequest,
     JoinGroupRequest,
     OffsetCommitRequest,
@@ -122,6 +123,27 @@ async def test_produce_then_fetch_round_trip(parts: Components) -> None:
                       parked_ms=500)
     [p] = resp.responses[0].partitions
     assert (p.error_code, p.high_watermark, fetched_values(p.records)) == (0, 3, [])
+
+
+async def test_fetch_below_v10_of_a_zstd_topic_is_refused(parts: Components) -> None:
+    """Clients older than Fetch v10 cannot read zstd: Kafka refuses the partitions of a topic
+    whose compression.type is zstd, and serves the other partitions of the same request."""
+    parts.topics.create_topic("zstd-topic", 1, {"compression.type": "zstd"})
+    parts.topics.create_topic(TOPIC, 1, {})
+    for topic in ("zstd-topic", TOPIC):
+        await call(parts, produce.handle, produce_request(topic, record_batch([b"a"])))
+    old = fetch_request([("zstd-topic", 0, 0), (TOPIC, 0, 0)], max_wait_ms=0)
+    old = FetchRequest[9](**{k: getattr(old, k) for k in (
+        "replica_id", "max_wait_ms", "min_bytes", "max_bytes", "isolation_level", "session_id",
+        "session_epoch", "topics", "forgotten_topics_data")}, rack_id="")
+    resp = await call(parts, fetch.handle, old)
+    got = {(t.topic, p.partition_index): (p.error_code, fetched_values(p.records))
+           for t in resp.responses for p in t.partitions}
+    assert got == {("zstd-topic", 0): (ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, []),
+                   (TOPIC, 0): (0, [(0, b"a")])}
+    resp = await call(parts, fetch.handle, fetch_request([("zstd-topic", 0, 0)], max_wait_ms=0))
+    [p] = resp.responses[0].partitions
+    assert (p.error_code, fetched_values(p.records)) == (0, [(0, b"a")])
 
 
 async def test_produce_to_an_unknown_topic_names_the_error(parts: Components) -> None:

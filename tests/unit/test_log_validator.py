@@ -309,6 +309,19 @@ def test_true_max_timestamp_replaces_the_header_when_records_are_read() -> None:
     assert BatchHeader(out).is_valid()
 
 
+@pytest.mark.parametrize("codec", [COMPRESSION_NONE, COMPRESSION_LZ4])
+def test_a_header_without_max_timestamp_gets_the_records_max(codec: int) -> None:
+    """Old clients (sarama 1.22) send max timestamp -1 with timestamped records; Kafka stores
+    the records' max, so ListOffsets by timestamp finds them."""
+    buf = batch(recs(3), codec)
+    struct.pack_into(">q", buf, 35, -1)
+    reset_crc(buf)
+    out, info = run(LogConfig(), buf)
+    assert BatchHeader(out).max_timestamp == info.max_timestamp == NOW - 1000 + 2
+    assert BatchHeader(out).is_valid()
+    assert [r for _o, r in read(out)] == recs(3)
+
+
 # -- batches the producer marked LogAppendTime ----------------------------------------------
 
 
