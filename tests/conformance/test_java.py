@@ -3,7 +3,10 @@ use it: a producer per codec with headers and explicit timestamps read back byte
 idempotent producer, seek by timestamp, the Admin client, classic consumer groups,
 transactions (commit, abort, read_committed, fencing, sendOffsetsToTransaction), and the Admin
 calls that manage logs (incrementalAlterConfigs and describeConfigs, deleteRecords,
-describeLogDirs, describeTopics through DescribeTopicPartitions) with a compacted topic.
+describeLogDirs, describeTopics through DescribeTopicPartitions) with a compacted topic; the
+consumer group protocol (group.protocol=consumer with the broker's uniform and range
+assignors, and the Admin's view of such groups) and client telemetry, driven by
+MiniBrokerConsumerProtocol.java.
 
 tests/conformance/java/MiniBrokerConformance.java drives the client and prints what it saw, one
 JSON line per scenario; the assertions are all here. One JVM runs every scenario against one
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +26,7 @@ from pathlib import Path
 
 import pytest
 from kafka.protocol.metadata import ApiVersionsResponse
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conformance import java_support
 from tests.conformance.conftest import GROUP_OVERRIDES
@@ -686,3 +691,212 @@ def test_security_denied(security_run: SecurityRun) -> None:
     result = security_run["denied"]
     _refused(result["produce"], "TopicAuthorizationException")
     _refused(result["createAcls"], "ClusterAuthorizationException")
+
+
+# -- the consumer group protocol ----------------------------------------------------------------
+# group.protocol=consumer (KIP-848): MiniBrokerConsumerProtocol in one JVM against a broker of
+# its own, with consumer-group sessions and heartbeats short enough (the group.consumer.*
+# overrides, below Kafka's minimums) that each rebalance takes a heartbeat or two.
+
+CONSUMER_PROTOCOL_OVERRIDES = {
+    **GROUP_OVERRIDES,
+    "group.consumer.min.session.timeout.ms": "1000",
+    "group.consumer.session.timeout.ms": "6000",
+    "group.consumer.min.heartbeat.interval.ms": "100",
+    "group.consumer.heartbeat.interval.ms": "500",
+}
+REMOTE_ASSIGNORS = ["uniform", "range"]
+CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69  # API keys
+
+
+@dataclass
+class ConsumerProtocolRun:
+    broker: BrokerProcess
+    run: java_support.Run
+    specs: dict[str, str]
+    topics: dict[str, str]
+
+    def __getitem__(self, name: str) -> dict:
+        result = self.run[self.specs[name]]
+        assert "error" not in result, f"{name}: {result['error']}\n{self.run.stderr[-4000:]}"
+        return result
+
+
+@pytest.fixture(scope="module")
+def consumer_protocol(client, tmp_path_factory) -> Iterator[ConsumerProtocolRun]:
+    broker = BrokerProcess(tmp_path_factory.mktemp("java-consumer-protocol"),
+                           CONSUMER_PROTOCOL_OVERRIDES).start()
+    try:
+        specs: dict[str, str] = {"version": "version"}
+        topics: dict[str, str] = {}
+        for assignor in REMOTE_ASSIGNORS:
+            topics[assignor] = unique_topic(f"java-cg-{assignor}")
+            specs[assignor] = (f"group:{topics[assignor]}:{topics[assignor]}-g:"
+                               f"{GROUP_PARTITIONS}:{GROUP_PER_PARTITION}:{assignor}")
+        topics["admin"] = unique_topic("java-cg-admin")
+        specs["admin"] = f"admin:{topics['admin']}:{topics['admin']}-g:{GROUP_PARTITIONS}"
+        run = java_support.run(client, broker.bootstrap, list(specs.values()), timeout=240,
+                               main="MiniBrokerConsumerProtocol")
+        yield ConsumerProtocolRun(broker, run, specs, topics)
+    finally:
+        if broker.proc is not None and broker.proc.poll() is None:
+            broker.kill()
+
+
+def test_consumer_protocol_apis_served(client, consumer_protocol: ConsumerProtocolRun) -> None:
+    """ConsumerGroupHeartbeat up to v1, which the Java client (4.x) needs for a pattern
+    subscription and where member ids are the client's own (KIP-1082), and
+    ConsumerGroupDescribe from v0."""
+    assert consumer_protocol["version"]["version"] == client.version
+    wire = Wire(consumer_protocol.broker.port)
+    try:
+        versions = wire.request(api_versions_request(), ApiVersionsResponse)
+    finally:
+        wire.close()
+    served = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
+    assert served.get(CONSUMER_GROUP_HEARTBEAT) == (0, 1), served.get(CONSUMER_GROUP_HEARTBEAT)
+    assert served.get(CONSUMER_GROUP_DESCRIBE, (None,))[0] == 0, served.get(
+        CONSUMER_GROUP_DESCRIBE)
+
+
+@pytest.mark.parametrize("assignor", REMOTE_ASSIGNORS)
+def test_consumer_protocol_group(consumer_protocol: ConsumerProtocolRun, assignor: str) -> None:
+    """group.protocol=consumer with group.remote.assignor, commitSync after each batch: three
+    members share six partitions 2+2+2; one leaves and the other two take its partitions over
+    3+3 from its committed offsets; both stop; a new member with auto.offset.reset=none resumes
+    exactly at the committed offsets. Every record is processed exactly once."""
+    result = consumer_protocol[assignor]
+    n = GROUP_PER_PARTITION
+    for name, report in result["members"].items():
+        assert report["errors"] == [], f"{name}: {report['errors']}"
+    phases = result["phases"]
+    assert all(phase["complete"] for phase in phases.values()), phases
+    three, two = phases["three"]["assignment"], phases["two"]["assignment"]
+    assert sorted(len(a) for a in three) == [2, 2, 2] and sorted(sum(three, [])) == list(
+        range(GROUP_PARTITIONS)), three
+    assert sorted(len(a) for a in two) == [3, 3] and sorted(sum(two, [])) == list(
+        range(GROUP_PARTITIONS)), two
+    if assignor == "uniform":  # sticky: the two who stayed kept what they had
+        assert all(set(before) <= set(after) for before, after in zip(three, two, strict=False))
+
+    rows = result["rows"]
+    seen = Counter((p, o) for _m, p, o, _v in rows)
+    assert [k for k, c in seen.items() if c > 1] == [], "records processed twice"
+    phase_names = ["one", "two", "three"]
+    expected = {(p, o): _token(f"{phase_names[o // n]}:{p}:{o % n}".encode())
+                for p in range(GROUP_PARTITIONS) for o in range(3 * n)}
+    assert {(p, o): v for _m, p, o, v in rows} == expected
+    late = sorted((p, o) for m, p, o, _v in rows if m == "late")
+    assert late == sorted((p, o) for p in range(GROUP_PARTITIONS) for o in range(2 * n, 3 * n))
+    assert result["committed"] == {str(p): 3 * n for p in range(GROUP_PARTITIONS)}
+
+
+def test_consumer_protocol_admin(consumer_protocol: ConsumerProtocolRun) -> None:
+    """describeConsumerGroups of a live consumer-protocol group (ConsumerGroupDescribe): type
+    Consumer, Stable, the group's assignor, epochs, and each member as the consumer knows
+    itself (its own member id), with its assignment equal to its target; listGroups and
+    listConsumerGroups show the type; once both members left, the group is Empty."""
+    steps = consumer_protocol["admin"]["steps"]
+    topic = consumer_protocol.topics["admin"]
+    group = f"{topic}-g"
+    members = steps["members"]
+    assert members["split"], members
+    for name, report in steps["reports"].items():
+        assert report["errors"] == [], f"{name}: {report['errors']}"
+
+    live = _value(steps["describeConsumerGroups"])
+    assert {k: live[k] for k in ("state", "type", "assignor", "coordinator", "simple")} == {
+        "state": "Stable", "type": "Consumer", "assignor": "uniform", "coordinator": 1,
+        "simple": False}, live
+    assert live["groupEpoch"] is not None and live["groupEpoch"] > 0, live
+    assert live["targetAssignmentEpoch"] == live["groupEpoch"], live
+    described = live["members"]
+    assert [m["clientId"] for m in described] == ["admin-0", "admin-1"]
+    assert {m["clientId"]: m["memberId"] for m in described} == members["memberIds"]
+    owned: list[str] = []
+    for m in described:
+        assert m["host"] == "/127.0.0.1", m
+        assert len(m["partitions"]) == GROUP_PARTITIONS // 2, m
+        assert m["target"] == m["partitions"], m
+        assert m["memberEpoch"] is not None and 0 < m["memberEpoch"] <= live["groupEpoch"], m
+        owned += m["partitions"]
+    assert sorted(owned) == sorted(f"{topic}-{p}" for p in range(GROUP_PARTITIONS))
+
+    assert _value(steps["listGroups"])[group] == ["Stable", "Consumer", "consumer"]
+    assert _value(steps["listConsumerGroups"])[group] == ["Stable", "Consumer"]
+    empty = _value(steps["describeEmptyGroup"])
+    assert (empty["state"], empty["type"], empty["members"]) == ("Empty", "Consumer", [])
+
+
+# -- client telemetry ---------------------------------------------------------------------------
+# The Java producer and consumer push telemetry by default (enable.metrics.push): each case is a
+# broker of its own, asking for metrics or for none, every 500 ms; what the broker saw is read
+# from its Prometheus endpoint.
+
+TELEMETRY_CASES = {
+    "requested": {"minibroker.client.telemetry.metrics": "org.apache.kafka.",
+                  "minibroker.client.telemetry.push.interval.ms": "500"},
+    "nothing": {"minibroker.client.telemetry.push.interval.ms": "500"},
+}
+TELEMETRY_MS = 3000
+
+
+def _broker_samples(broker: BrokerProcess) -> dict[tuple[str, tuple], float]:
+    url = f"http://127.0.0.1:{broker.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+@dataclass
+class TelemetryRun:
+    case: str
+    result: dict
+    stderr: str
+    samples: dict[tuple[str, tuple], float]
+
+    def requests(self, api: str) -> float:
+        return sum(v for (name, labels), v in self.samples.items()
+                   if name == "minibroker_requests_total" and ("api", api) in labels)
+
+    def pushes(self) -> dict[str, float]:
+        return {dict(labels)["result"]: v for (name, labels), v in self.samples.items()
+                if name == "minibroker_client_telemetry_pushes_total"}
+
+
+@pytest.fixture(scope="module", params=list(TELEMETRY_CASES))
+def java_telemetry(request, client, tmp_path_factory) -> Iterator[TelemetryRun]:
+    case = request.param
+    broker = BrokerProcess(tmp_path_factory.mktemp(f"java-telemetry-{case}"),
+                           TELEMETRY_CASES[case]).start()
+    try:
+        spec = f"telemetry:{unique_topic('java-telemetry')}:{TELEMETRY_MS}"
+        run = java_support.run(client, broker.bootstrap, [spec], timeout=120,
+                               main="MiniBrokerConsumerProtocol")
+        yield TelemetryRun(case, run[spec], run.stderr, _broker_samples(broker))
+    finally:
+        if broker.proc is not None and broker.proc.poll() is None:
+            broker.kill()
+
+
+def test_telemetry_with_java_clients(java_telemetry: TelemetryRun) -> None:
+    """A producer and a consumer running three seconds with telemetry advertised: they work,
+    the broker gives each an instance id (clientInstanceId), and nothing about telemetry
+    shows in their log (warnings and errors). Asked for metrics, they push them and every push
+    is accepted; asked for none, they ask again each push interval and push nothing."""
+    run = java_telemetry
+    result = run.result
+    assert "error" not in result, f"{result['error']}\n{run.stderr[-4000:]}"
+    assert result["sent"] > 0 and result["read"] == result["sent"], result
+    ids = [_value(result["producerInstanceId"]), _value(result["consumerInstanceId"])]
+    assert ZERO_UUID not in ids and ids[0] != ids[1], ids
+    problems = [line for line in run.stderr.splitlines()
+                if "telemetry" in line.lower() or "uncaught" in line.lower()]
+    assert not problems, "\n".join(problems[:20])
+    if run.case == "requested":
+        assert run.pushes().get("accepted", 0) >= 2 and set(run.pushes()) == {"accepted"}, (
+            run.pushes())
+    else:
+        assert run.requests("GetTelemetrySubscriptions") >= 4, "the clients did not ask again"
+        assert run.requests("PushTelemetry") == 0
