@@ -15,6 +15,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from broker.group.assignors import assignor_names
 from broker.log.validator import (
     LONG_MAX,
     TOPIC_CODECS,
@@ -426,7 +427,34 @@ class BrokerConfig:
         values = {name: _parse(key, raw.get(name, key.default)) for name, key in KEYS.items()}
         config = cls(values, raw, per_listener)
         config._check_listeners()
+        config._check_groups()
         return config
+
+    def _check_groups(self) -> None:
+        """What Kafka's GroupCoordinatorConfig refuses at start."""
+        protocols = self["group.coordinator.rebalance.protocols"]
+        unknown = [p for p in protocols if p not in ("classic", "consumer")]
+        if unknown or "classic" not in protocols:
+            raise ConfigError("group.coordinator.rebalance.protocols: expected classic, "
+                              f"optionally with consumer, got {','.join(protocols)}")
+        try:
+            assignor_names(self["group.consumer.assignors"])
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        for what in ("session.timeout.ms", "heartbeat.interval.ms"):
+            key = f"group.consumer.{what}"
+            low, high = self[f"group.consumer.min.{what}"], self[f"group.consumer.max.{what}"]
+            if high < low:
+                raise ConfigError(f"group.consumer.max.{what}={high} is below "
+                                  f"group.consumer.min.{what}={low}")
+            if not low <= self[key] <= high:
+                raise ConfigError(f"{key}={self[key]} must lie within group.consumer.min.{what}"
+                                  f"={low} and group.consumer.max.{what}={high}")
+        interval, session = (self["group.consumer.heartbeat.interval.ms"],
+                             self["group.consumer.session.timeout.ms"])
+        if interval >= session:
+            raise ConfigError("group.consumer.heartbeat.interval.ms must be less than "
+                              "group.consumer.session.timeout.ms")
 
     def _check_listeners(self) -> None:
         """What Kafka refuses at start about listeners, plus what this broker cannot serve:

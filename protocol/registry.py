@@ -158,7 +158,8 @@ APIS: dict[int, ApiSpec] = {
         _spec(4, 16, FetchRequest, FetchResponse),
         _spec(1, 8, ListOffsetsRequest, ListOffsetsResponse),
         _spec(0, 12, MetadataRequest, MetadataResponse),
-        _spec(0, 3, ApiVersionsRequest, ApiVersionsResponse),
+        # v4 only lets SupportedFeatures.MinVersion be 0; no features are advertised here.
+        _spec(0, 4, ApiVersionsRequest, ApiVersionsResponse),
         _spec(2, 7, CreateTopicsRequest, CreateTopicsResponse),
         _spec(1, 6, DeleteTopicsRequest, DeleteTopicsResponse),
         _spec(1, 4, DescribeConfigsRequest, DescribeConfigsResponse),

@@ -1,7 +1,9 @@
 """ApiVersions (key 18): the versions we serve, straight from the registry.
 
 A version we do not know is answered with UNSUPPORTED_VERSION and the full list in v0 form, so a
-newer client can retry with a version we share (KIP-511).
+newer client can retry with a version we share (KIP-511). Without ``consumer`` in
+group.coordinator.rebalance.protocols the consumer group APIs are not advertised, as Kafka
+leaves them out, so clients fall back to the classic protocol.
 """
 
 from __future__ import annotations
@@ -11,23 +13,28 @@ from typing import TYPE_CHECKING
 from kafka.protocol.metadata import ApiVersionsResponse
 
 from protocol.errors import ErrorCode
+from protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
 from protocol.registry import APIS
 
 if TYPE_CHECKING:
     from broker.context import ApiContext
     from broker.network.request import Request
 
+CONSUMER_GROUP_KEYS = frozenset((ConsumerGroupHeartbeatRequest.API_KEY,
+                                 ConsumerGroupDescribeRequest.API_KEY))
 _KEYS = [
     ApiVersionsResponse.ApiVersion(api_key=s.key, min_version=s.advertised_min,
                                    max_version=s.max_version)
     for s in sorted(APIS.values(), key=lambda s: s.key)
 ]
+_CLASSIC_KEYS = [k for k in _KEYS if k.api_key not in CONSUMER_GROUP_KEYS]
 
 
 def handle(ctx: ApiContext, request: Request) -> ApiVersionsResponse:
     error = ErrorCode.NONE if request.body is not None else ErrorCode.UNSUPPORTED_VERSION
+    consumer = "consumer" in ctx.config["group.coordinator.rebalance.protocols"]
     return ApiVersionsResponse(
-        error_code=error, api_keys=_KEYS, throttle_time_ms=0,
+        error_code=error, api_keys=_KEYS if consumer else _CLASSIC_KEYS, throttle_time_ms=0,
         supported_features=[], finalized_features_epoch=-1, finalized_features=[],
         zk_migration_ready=False,
     )

@@ -1,7 +1,8 @@
 """GetTelemetrySubscriptions (key 71): which client metrics to push, and how often (KIP-714).
 
-A client sending a zero instance id is given a new one; the subscription asks for the metric
-prefixes of ``minibroker.client.telemetry.metrics``, none by default.
+A client sending a zero instance id is given a new one, and a known one is answered its own
+(as Kafka's ClientMetricsManager answers, whatever the spec's wording); the subscription asks
+for the metric prefixes of ``minibroker.client.telemetry.metrics``, none by default.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def handle(ctx: ApiContext, request: Request) -> GetTelemetrySubscriptionsRespon
     instance_id, sub = ctx.telemetry.subscribe(asked)
     return GetTelemetrySubscriptionsResponse(
         throttle_time_ms=0, error_code=0,
-        client_instance_id=instance_id if asked.int == 0 else ZERO_UUID,
+        client_instance_id=instance_id,
         subscription_id=sub.subscription_id, accepted_compression_types=list(ACCEPTED_COMPRESSION),
         push_interval_ms=sub.push_interval_ms, telemetry_max_bytes=ctx.telemetry.max_bytes,
         delta_temporality=True, requested_metrics=sub.requested_metrics)

@@ -242,3 +242,36 @@ def test_sasl_mechanisms_checked_per_listener():
     assert cfg.listener_value("SASL_PLAINTEXT", "sasl.enabled.mechanisms") == [
         "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
     assert cfg["sasl.enabled.mechanisms"] == ["GSSAPI"]  # the plain key keeps Kafka's default
+
+
+FAST_GROUPS = {"group.consumer.min.session.timeout.ms": "1000",
+               "group.consumer.session.timeout.ms": "6000",
+               "group.consumer.min.heartbeat.interval.ms": "100",
+               "group.consumer.heartbeat.interval.ms": "500"}
+
+
+def test_group_keys_accepted_within_their_bounds():
+    config = BrokerConfig.from_dict({**FAST_GROUPS, "group.consumer.assignors":
+                                     "org.apache.kafka.coordinator.group.assignor.RangeAssignor"})
+    assert config["group.consumer.session.timeout.ms"] == 6000
+    assert config["group.coordinator.rebalance.protocols"] == ["classic", "consumer"]
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"group.consumer.assignors": "sticky"}, "unknown assignor 'sticky'"),
+    ({"group.consumer.assignors": ""}, "group.consumer.assignors"),
+    ({"group.coordinator.rebalance.protocols": "consumer"}, "expected classic"),
+    ({"group.coordinator.rebalance.protocols": "classic,share"}, "expected classic"),
+    ({"group.consumer.session.timeout.ms": "6000"},
+     "group.consumer.session.timeout.ms=6000 must lie within"),
+    ({**FAST_GROUPS, "group.consumer.heartbeat.interval.ms": "50"},
+     "group.consumer.heartbeat.interval.ms=50 must lie within"),
+    ({"group.consumer.max.heartbeat.interval.ms": "4000"},
+     "group.consumer.max.heartbeat.interval.ms=4000 is below"),
+    ({**FAST_GROUPS, "group.consumer.heartbeat.interval.ms": "6000",
+      "group.consumer.max.heartbeat.interval.ms": "15000"}, "must be less than"),
+])
+def test_group_key_refusals(raw, message):
+    """What Kafka's GroupCoordinatorConfig refuses at start, refused here at start too."""
+    with pytest.raises(ConfigError, match=message):
+        BrokerConfig.from_dict(raw)

@@ -24,9 +24,10 @@ from kafka.protocol.consumer import (
     OffsetFetchRequest,
     SyncGroupRequest,
 )
-from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
 from broker.apis import (
+    api_versions,
     create_topics,
     delete_topics,
     fetch,
@@ -150,6 +151,24 @@ async def test_produce_to_an_unknown_topic_names_the_error(parts: Components) ->
     resp = await call(parts, produce.handle, produce_request("nowhere", record_batch([b"a"])))
     [p] = resp.responses[0].partition_responses
     assert (p.error_code, p.base_offset) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)
+
+
+# -- api versions ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("protocols, advertised", [
+    ("classic,consumer", {68: (0, 1), 69: (0, 0)}), ("classic", {})])
+async def test_api_versions_advertise_consumer_group_apis_only_when_served(
+        tmp_path: Path, protocols: str, advertised: dict[int, tuple[int, int]]) -> None:
+    c = build(tmp_path / "logs", {"group.coordinator.rebalance.protocols": protocols})
+    try:
+        resp = await call(c, api_versions.handle, ApiVersionsRequest[4](
+            client_software_name="t", client_software_version="1"))
+    finally:
+        await c.close()
+    keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+    assert resp.error_code == 0 and keys[18] == (0, 4)
+    assert {k: v for k, v in keys.items() if k in (68, 69)} == advertised
+    assert keys[11] == (0, 9)  # JoinGroup either way
 
 
 # -- metadata and topic administration ---------------------------------------------------------

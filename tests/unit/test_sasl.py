@@ -30,7 +30,7 @@ from kafka.protocol.sasl import (
 )
 
 from broker.apis import api_versions, sasl_authenticate, sasl_handshake
-from broker.config import ConfigError
+from broker.config import BrokerConfig, ConfigError
 from broker.metadata import MetadataStore
 from broker.network.connection import Connection, MuteReason
 from broker.network.request_channel import RequestChannel
@@ -353,6 +353,8 @@ def sasl_apis(monkeypatch):
 
 
 _HANDLERS = {17: sasl_handshake.handle, 36: sasl_authenticate.handle, 18: api_versions.handle}
+# What these handlers read of the context: ApiVersions asks which group protocols are served.
+_CONTEXT = SimpleNamespace(config=BrokerConfig.from_dict({}))
 
 
 class Client:
@@ -380,7 +382,7 @@ class Client:
             self.others.append(request)
             return MetadataResponse(throttle_time_ms=0, brokers=[], cluster_id=None,
                                     controller_id=1, topics=[])
-        return handler(None, request)  # type: ignore[arg-type]
+        return handler(_CONTEXT, request)  # type: ignore[arg-type]
 
     def _submit(self, request: Any) -> None:
         if self.inline:
