@@ -24,7 +24,7 @@ from __future__ import annotations
 import base64
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -151,6 +151,19 @@ class ConsumerGroupCoordinator:
         self.rebalances: dict[str, int] = {}  # group epoch bumps per group (metrics)
         self.heartbeats = 0
         self.classic = ClassicMembers(self)
+
+    def held_since_previous_epoch(self, member: ConsumerGroupMember,
+                                  partitions: Iterable[tuple[str, int]]) -> bool:
+        """Whether the member has held every (topic, partition) since its previous epoch."""
+        topics = self._topics()
+        for name, index in partitions:
+            info = topics.get(name)
+            if info is None:
+                return False
+            for held in (member.assigned, member.previous_assigned):
+                if index not in held.get(info.topic_id, ()):
+                    return False
+        return True
 
     # -- ConsumerGroupHeartbeat ------------------------------------------------------------
     def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:

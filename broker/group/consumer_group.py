@@ -69,6 +69,9 @@ class ConsumerGroupMember:
     state: MemberState = MemberState.STABLE
     assigned: Partitions = field(default_factory=dict)
     pending_revocation: Partitions = field(default_factory=dict)
+    # What it was assigned at previous_member_epoch: a commit sent at that epoch for a
+    # partition it has held since is still the owner's (see the coordinator's commit check).
+    previous_assigned: Partitions = field(default_factory=dict)
     # A member speaking the classic protocol (JoinGroup/SyncGroup) inside a consumer group:
     # its session timeout and its protocols (name, subscription), as it joined.
     classic_session_timeout_ms: int | None = None
@@ -83,7 +86,8 @@ class ConsumerGroupMember:
 
     def with_epoch(self, epoch: int) -> ConsumerGroupMember:
         """Kafka's Builder.updateMemberEpoch: the previous epoch is kept for a lost answer."""
-        return replace(self, previous_member_epoch=self.member_epoch, member_epoch=epoch)
+        return replace(self, previous_member_epoch=self.member_epoch, member_epoch=epoch,
+                       previous_assigned=self.assigned)
 
 
 @dataclass(eq=False, kw_only=True)

@@ -27,7 +27,7 @@ from broker.group.consumer_coordinator import (
     HeartbeatRequest,
     HeartbeatResult,
 )
-from broker.group.consumer_group import ConsumerGroup
+from broker.group.consumer_group import ConsumerGroup, ConsumerGroupMember
 from broker.group.delayed import (
     DelayedHeartbeat,
     DelayedJoin,
@@ -539,6 +539,9 @@ class GroupCoordinator:
         return None
 
     # -- offsets ---------------------------------------------------------------------------
+    def _held(self, member: ConsumerGroupMember, offsets: Iterable[TopicPartition]) -> bool:
+        return self.consumer.held_since_previous_epoch(member, offsets)
+
     def commit_offsets(
         self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
         offsets: dict[TopicPartition, OffsetAndMetadata], api_version: int = 8,
@@ -548,7 +551,8 @@ class GroupCoordinator:
         group: GroupOffsets | None
         if consumer_group is not None:
             error = _consumer_commit_error(consumer_group, member_id, generation_id,
-                                           transactional=False, api_version=api_version)
+                                           transactional=False, api_version=api_version,
+                                           held=lambda m: self._held(m, offsets))
             group = consumer_group
         else:
             classic = self.groups.get(group_id)
@@ -629,7 +633,8 @@ class GroupCoordinator:
         if consumer_group is not None:
             group = consumer_group
             error = _consumer_commit_error(consumer_group, member_id, generation_id,
-                                           transactional=True, api_version=-1)
+                                           transactional=True, api_version=-1,
+                                           held=lambda m: self._held(m, known))
             if error == ErrorCode.STALE_MEMBER_EPOCH:
                 error = ErrorCode.ILLEGAL_GENERATION  # what a producer understands
         else:
@@ -945,10 +950,16 @@ class GroupCoordinator:
 
 
 def _consumer_commit_error(group: ConsumerGroup, member_id: str, member_epoch: int, *,
-                           transactional: bool, api_version: int) -> ErrorCode | None:
+                           transactional: bool, api_version: int,
+                           held: Callable[[ConsumerGroupMember], bool]) -> ErrorCode | None:
     """Kafka's ConsumerGroup.validateOffsetCommit: without an epoch only an Empty group takes
     commits (admin tools, assign() consumers); a member commits at its current epoch, with
-    OffsetCommit v9+."""
+    OffsetCommit v9+.
+
+    A commit one epoch behind is taken when the member has held every partition it commits
+    since that epoch, as Kafka 4.3 relaxed the check (KIP-1251): the client sent it before
+    reading the heartbeat answer that moved it on, and librdkafka hands STALE_MEMBER_EPOCH to
+    the application."""
     if member_epoch < 0 and group.is_empty():
         return None
     member = group.members.get(member_id)
@@ -960,6 +971,8 @@ def _consumer_commit_error(group: ConsumerGroup, member_id: str, member_epoch: i
     if not transactional and api_version < 9:
         return ErrorCode.UNSUPPORTED_VERSION
     if member_epoch != member.member_epoch:
+        if member_epoch == member.previous_member_epoch and held(member):
+            return None
         return ErrorCode.STALE_MEMBER_EPOCH
     return None
 

@@ -282,6 +282,29 @@ async def test_group_max_size(tmp_path: Path) -> None:
         await c.close()
 
 
+async def test_a_commit_one_epoch_behind_is_taken_for_partitions_held_since(
+        parts: Components) -> None:
+    """A client commits at epoch N while the heartbeat that moved it to N+1 is in flight: the
+    partitions it held at N and still holds are its own (KIP-1251); the others are stale."""
+    hb(parts, "m1", 0)
+    hb(parts, "m2", 0)
+    hb(parts, "m1", 1, owned={"a": [0, 1, 2, 3]})  # told to revoke two
+    kept = names(parts, group(parts).members["m1"].assigned)["a"]
+    gone = sorted({0, 1, 2, 3} - set(kept))
+    moved = hb(parts, "m1", 1, owned={"a": kept})
+    assert moved.member_epoch == 2
+    coordinator = parts.coordinator
+
+    def commit(epoch: int, partition: int):  # type: ignore[no-untyped-def]
+        return coordinator.commit_offsets(
+            GROUP, "m1", None, epoch, {("a", partition): OffsetAndMetadata(5, -1, "", 0)}, 9)
+
+    assert await commit(1, kept[0]) == {("a", kept[0]): ErrorCode.NONE}
+    assert commit(1, gone[0]) == {("a", gone[0]): ErrorCode.STALE_MEMBER_EPOCH}
+    assert commit(0, kept[0]) == {("a", kept[0]): ErrorCode.STALE_MEMBER_EPOCH}
+    assert await commit(2, kept[0]) == {("a", kept[0]): ErrorCode.NONE}
+
+
 async def test_commits_carry_the_member_epoch(parts: Components) -> None:
     hb(parts, "m1", 0)
     offsets = {("a", 0): OffsetAndMetadata(5, -1, "", 0)}
