@@ -1,5 +1,7 @@
 """kcat (Debian's package, librdkafka inside) as its users type it: `-L`, `-P`, `-C`, and two
-`-G` balanced consumers sharing a topic's partitions, each record consumed by exactly one.
+`-G` balanced consumers sharing a topic's partitions, each record consumed by exactly one;
+headers (`-H` on produce, `%h` and `-J` on consume), timestamps (`%T`, `-Q`, `-o s@`/`e@`) and
+the idempotent producer (`-X enable.idempotence=true`).
 
 Every kcat run is bounded by a timeout; the long-running `-G` processes are stopped with
 SIGTERM (kcat then closes its consumer: commits and leaves the group) and killed if they linger.
@@ -21,7 +23,18 @@ from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient
 
 from tests.support.broker import BrokerProcess
-from tests.support.clients import create_topic, unique_topic, wait_until, watermarks
+from tests.support.clients import (
+    CREATE_TIME,
+    Rec,
+    assert_idempotent_batches,
+    confluent_consume,
+    confluent_produce,
+    create_topic,
+    disk_batches,
+    unique_topic,
+    wait_until,
+    watermarks,
+)
 
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 
@@ -227,3 +240,103 @@ def test_kcat_member_dies(group_broker: BrokerProcess, tmp_path: Path) -> None:
         offs = [int(line.split("|")[1]) for line in taken_over if int(line.split("|")[0]) == p]
         assert offs == list(range(ends[p], ends[p] + len(offs))) and offs, (p, ends[p], offs)
     assert not errors, errors
+
+
+def test_kcat_headers(broker: BrokerProcess) -> None:
+    """`-H name=value` (repeated, a name twice, an empty value, non-ASCII) is sent on every
+    record; kcat's `%h` and `-J` and confluent-kafka read every header back in order."""
+    topic = unique_topic("kcat-h")
+    create_topic(broker.bootstrap, topic)
+    headers = (("trace", b"abc-123"), ("dup", b"first"), ("dup", b"second"), ("empty", b""),
+               ("ключ", "значение".encode()))
+    flags = [arg for k, v in headers for arg in ("-H", f"{k}={v.decode()}")]
+    kcat("-P", "-b", broker.bootstrap, "-t", topic, "-p", "0", "-K", ":", *flags,
+         stdin="".join(f"k{i}:v{i}\n" for i in range(5)))
+
+    csv = ",".join(f"{k}={v.decode()}" for k, v in headers)
+    out = kcat("-C", "-b", broker.bootstrap, "-t", topic, "-p", "0", "-o", "beginning", "-e",
+               "-q", "-f", "%o|%k|%s|%h\n")
+    assert out.splitlines() == [f"{i}|k{i}|v{i}|{csv}" for i in range(5)]
+
+    envelope = [json.loads(line) for line in kcat(
+        "-C", "-b", broker.bootstrap, "-t", topic, "-p", "0", "-o", "beginning", "-e", "-q",
+        "-J").splitlines()]
+    assert [e["offset"] for e in envelope] == list(range(5))
+    for e in envelope:
+        # kcat prints -J headers as a flat [name, value, name, value, ...] list
+        assert e["headers"] == [x for k, v in headers for x in (k, v.decode())], e
+
+    got = confluent_consume(broker.bootstrap, topic, 5)
+    assert [g.rec for g in got] == [
+        Rec(f"k{i}".encode(), f"v{i}".encode(), headers, g.rec.timestamp)
+        for i, g in enumerate(got)]
+
+
+def test_kcat_timestamps(broker: BrokerProcess) -> None:
+    """Explicit CreateTimes set by another producer come back exactly through `%T`; kcat -P
+    stamps each record with its CreateTime (now), which `%T` and `-J` print; `-Q` finds the
+    first offset at a timestamp (ListOffsets by time) and `-o s@`/`e@` start and stop consuming
+    at timestamps."""
+    topic = unique_topic("kcat-ts")
+    create_topic(broker.bootstrap, topic)
+    base = int(time.time() * 1000) - 10 * 86_400_000
+    explicit = [Rec(f"k{i}".encode(), f"old-{i}".encode(), (), base + 1000 * i)
+                for i in range(5)]
+    assert confluent_produce(broker.bootstrap, topic, explicit) == list(range(5))
+    out = kcat("-C", "-b", broker.bootstrap, "-t", topic, "-p", "0", "-o", "beginning", "-e",
+               "-q", "-f", "%o|%T|%s\n")
+    assert out.splitlines() == [f"{i}|{r.timestamp}|{r.value.decode()}"
+                                for i, r in enumerate(explicit)]
+
+    before = int(time.time() * 1000)
+    kcat("-P", "-b", broker.bootstrap, "-t", topic, "-p", "0", stdin="now-0\nnow-1\nnow-2\n")
+    after = int(time.time() * 1000)
+    stamped = kcat("-C", "-b", broker.bootstrap, "-t", topic, "-p", "0", "-o", "5", "-e", "-q",
+                   "-f", "%T|%s\n").splitlines()
+    assert [line.split("|")[1] for line in stamped] == ["now-0", "now-1", "now-2"]
+    assert all(before <= int(line.split("|")[0]) <= after for line in stamped), (
+        before, stamped, after)
+    envelope = [json.loads(line) for line in kcat(
+        "-C", "-b", broker.bootstrap, "-t", topic, "-p", "0", "-o", "beginning", "-e", "-q",
+        "-J").splitlines()]
+    assert [(e["tstype"], e["ts"]) for e in envelope] == [
+        ("create", r.timestamp) for r in explicit] + [
+        ("create", int(line.split("|")[0])) for line in stamped]
+    assert {g.timestamp_type for g in confluent_consume(broker.bootstrap, topic, 8)} == {
+        CREATE_TIME}
+
+    # -Q: the first offset whose timestamp is at or after the one asked for; -1 past the last.
+    def query(ts: int) -> int:
+        found = kcat("-Q", "-b", broker.bootstrap, "-t", f"{topic}:0:{ts}")
+        return int(found.split("offset")[1].split()[0])
+
+    assert [query(ts) for ts in (base - 1, base, base + 1500, base + 4001, before)] == [
+        0, 0, 2, 5, 5]
+    assert query(after + 60_000) == -1
+
+    # -o s@ / e@: consume from the first record at or after a time, stop before another.
+    def window(start: int, stop: int) -> list[str]:
+        return kcat("-C", "-b", broker.bootstrap, "-t", topic, "-p", "0", "-o", f"s@{start}",
+                    "-o", f"e@{stop}", "-e", "-q", "-f", "%o|%s\n").splitlines()
+
+    assert window(base + 1000, base + 3000) == ["1|old-1", "2|old-2"]
+    assert window(base + 3500, after + 1) == [
+        "4|old-4", "5|now-0", "6|now-1", "7|now-2"]
+
+
+def test_kcat_idempotent_producer(broker: BrokerProcess) -> None:
+    """`-X enable.idempotence=true`: every record stored once, all batches with one producer id
+    and epoch and sequence numbers running from 0 without gap, in step with the offsets."""
+    topic = unique_topic("kcat-idem")
+    create_topic(broker.bootstrap, topic)
+    n = 2000
+    kcat("-P", "-b", broker.bootstrap, "-t", topic, "-p", "0", "-K", ":",
+         "-X", "enable.idempotence=true", "-X", "acks=all", "-X", "linger.ms=5",
+         "-X", "batch.num.messages=100", "-X", "broker.address.family=v4",
+         stdin="".join(f"k{i}:idem-{i}\n" for i in range(n)), timeout=60)
+    assert watermarks(broker.bootstrap, topic) == (0, n)
+    assert_idempotent_batches(broker.data_dir / "logs", topic, 0, n)
+    assert len(disk_batches(broker.data_dir / "logs", topic)) >= n // 100
+    out = kcat("-C", "-b", broker.bootstrap, "-t", topic, "-p", "0", "-o", "beginning", "-e",
+               "-q", "-f", "%o|%k|%s\n", timeout=60)
+    assert out.splitlines() == [f"{i}|k{i}|idem-{i}" for i in range(n)]
