@@ -1,7 +1,7 @@
-"""Every real client (confluent-kafka, kafka-python, aiokafka, kcat, kafkajs; Java in
-tests/conformance/test_java.py) over SASL_PLAINTEXT and SASL_SSL with each mechanism (PLAIN,
-SCRAM-SHA-256, SCRAM-SHA-512), against one broker with ACLs on, configured with Kafka's own
-keys.
+"""Every real client (confluent-kafka, kafka-python, aiokafka, kcat, kafkajs, node-rdkafka,
+Debian's python3-confluent-kafka; Java in tests/conformance/test_java.py) over SASL_PLAINTEXT
+and SASL_SSL with each mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), against one broker with
+ACLs on, configured with Kafka's own keys.
 
 One broker per module: listeners PLAINTEXT, SASL_PLAINTEXT and SASL_SSL (ephemeral ports,
 certificates from tests/support/certs.py), StandardAuthorizer with User:admin as super user.
@@ -41,6 +41,9 @@ from confluent_kafka.admin import (
 )
 
 from tests.conformance.conftest import GROUP_OVERRIDES
+from tests.conformance.test_debian_librdkafka import PYTHON as DEBIAN_PYTHON
+from tests.conformance.test_debian_librdkafka import _require as require_debian_client
+from tests.conformance.test_node_rdkafka import _node as node_for_node_rdkafka
 from tests.support.broker import BrokerProcess
 from tests.support.certs import (
     MECHANISMS,
@@ -56,7 +59,8 @@ from tests.support.certs import (
 
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 NODE = shutil.which("node")
-KAFKAJS = Path(__file__).resolve().parents[1] / "conformance" / "kafkajs" / "node_modules"
+CONFORMANCE = Path(__file__).resolve().parents[1] / "conformance"
+KAFKAJS = CONFORMANCE / "kafkajs" / "node_modules"
 PLAIN_USERS = {"admin": "admin-secret", "alice": "alice-secret"}
 SCRAM_PASSWORD = "alice-scram-secret"  # not her PLAIN password
 SCRAM_ITERATIONS = {"SCRAM-SHA-256": 8192, "SCRAM-SHA-512": 4096}
@@ -298,10 +302,50 @@ def roundtrip_kafkajs(s: Secure, protocol: str, mechanism: str, topic: str, grou
     return [(k.encode(), v.encode()) for k, v in json.loads(run.stdout.splitlines()[-1])]
 
 
+def _librdkafka_program(s: Secure, protocol: str, mechanism: str, topic: str, group: str,
+                        recs: list[tuple[bytes, bytes]], command: list[str],
+                        cwd: Path) -> list[tuple[bytes, bytes]]:
+    """Run a program taking librdkafka's keys as a JSON file, the topic and the group, and the
+    records on stdin; it prints {got, errors} on its last line."""
+    conf = confluent_config(s.broker.bootstrap_for(protocol), protocol, mechanism, "alice",
+                            s.password(mechanism), s.pki.ca_path)
+    conf_path = s.broker.data_dir / f"{topic}.json"
+    conf_path.write_text(json.dumps(conf))
+    run = subprocess.run(
+        [*command, str(conf_path), topic, group], cwd=cwd, capture_output=True, text=True,
+        input=json.dumps([[k.decode(), v.decode()] for k, v in recs]), timeout=WAIT_S * 2)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.splitlines()[-1])
+    assert result["errors"] == [], result["errors"]
+    return [(k.encode(), v.encode()) for k, v in result["got"]]
+
+
+def roundtrip_node_rdkafka(s: Secure, protocol: str, mechanism: str, topic: str, group: str,
+                           recs: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """node-rdkafka/secure.js (librdkafka's keys, Debian's librdkafka underneath)."""
+    node = node_for_node_rdkafka()  # skips with install.sh's reason when not built
+    here = CONFORMANCE / "node_rdkafka"
+    return _librdkafka_program(s, protocol, mechanism, topic, group, recs,
+                               [node, "secure.js"], here)
+
+
+def roundtrip_debian_confluent(s: Secure, protocol: str, mechanism: str, topic: str,
+                               group: str, recs: list[tuple[bytes, bytes]],
+                               ) -> list[tuple[bytes, bytes]]:
+    """debian_librdkafka/secure.py under Debian's python3 (python3-confluent-kafka 1.7.0,
+    librdkafka 2.0.2), isolated from the venv."""
+    require_debian_client()  # skips with install.sh's reason when not installed
+    here = CONFORMANCE / "debian_librdkafka"
+    return _librdkafka_program(s, protocol, mechanism, topic, group, recs,
+                               [DEBIAN_PYTHON, "-I", "secure.py"], here)
+
+
 CLIENTS: dict[str, Callable] = {"confluent-kafka": roundtrip_confluent,
                                 "kafka-python": roundtrip_kafka_python,
                                 "aiokafka": roundtrip_aiokafka, "kcat": roundtrip_kcat,
-                                "kafkajs": roundtrip_kafkajs}
+                                "kafkajs": roundtrip_kafkajs,
+                                "node-rdkafka": roundtrip_node_rdkafka,
+                                "debian-confluent-kafka": roundtrip_debian_confluent}
 # The whole matrix: 30 round trips take about 15 s on 2 cores, so none is marked slow.
 MATRIX = [pytest.param(client, protocol, mechanism, id=f"{client}-{protocol}-{mechanism}")
           for client in CLIENTS for protocol in SASL_PROTOCOLS for mechanism in MECHANISMS]
