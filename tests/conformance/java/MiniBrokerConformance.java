@@ -7,18 +7,14 @@ import java.util.Arrays;
 import java.util.Collection;
 import java.util.Collections;
 import java.util.HashMap;
-import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.Properties;
 import java.util.Set;
 import java.util.TreeMap;
 import java.util.TreeSet;
-import java.util.concurrent.Callable;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Future;
-import java.util.function.BooleanSupplier;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AlterConfigOp;
 import org.apache.kafka.clients.admin.AlterConfigsOptions;
@@ -26,12 +22,9 @@ import org.apache.kafka.clients.admin.AlterConsumerGroupOffsetsResult;
 import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.ConsumerGroupDescription;
-import org.apache.kafka.clients.admin.ConsumerGroupListing;
 import org.apache.kafka.clients.admin.DescribeClusterResult;
 import org.apache.kafka.clients.admin.DescribeConfigsOptions;
 import org.apache.kafka.clients.admin.DescribeTopicsOptions;
-import org.apache.kafka.clients.admin.GroupListing;
-import org.apache.kafka.clients.admin.ListGroupsOptions;
 import org.apache.kafka.clients.admin.ListOffsetsResult.ListOffsetsResultInfo;
 import org.apache.kafka.clients.admin.LogDirDescription;
 import org.apache.kafka.clients.admin.MemberDescription;
@@ -41,7 +34,6 @@ import org.apache.kafka.clients.admin.OffsetSpec;
 import org.apache.kafka.clients.admin.RecordsToDelete;
 import org.apache.kafka.clients.admin.ReplicaInfo;
 import org.apache.kafka.clients.admin.TopicDescription;
-import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -56,8 +48,6 @@ import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeader;
-import org.apache.kafka.common.serialization.ByteArrayDeserializer;
-import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.apache.kafka.common.utils.AppInfoParser;
 
 /**
@@ -76,24 +66,9 @@ import org.apache.kafka.common.utils.AppInfoParser;
  * judges nothing: the Python test (tests/conformance/test_java.py) asserts on the lines. An
  * exception ends only its own scenario or step and is reported as {@code error}.
  */
-public final class MiniBrokerConformance {
-    private static final Duration WAIT = Duration.ofSeconds(30);
-
+public final class MiniBrokerConformance extends ClientSupport {
     public static void main(String[] args) {
-        String bootstrap = args[0];
-        for (int i = 1; i < args.length; i++) {
-            Map<String, Object> out = new LinkedHashMap<>();
-            out.put("scenario", args[i]);
-            long start = System.nanoTime();
-            try {
-                run(bootstrap, args[i].split(":", -1), out);
-            } catch (Throwable e) {
-                out.put("error", describe(e));
-            }
-            out.put("seconds", (System.nanoTime() - start) / 1e9);
-            System.out.println(Json.write(out));
-            System.out.flush();
-        }
+        runAll(args, MiniBrokerConformance::run);
     }
 
     private static void run(String bootstrap, String[] a, Map<String, Object> out)
@@ -106,53 +81,15 @@ public final class MiniBrokerConformance {
                 idempotent(bootstrap, a[1], Integer.parseInt(a[2]), Integer.parseInt(a[3]), out);
             case "timestamps" ->
                 timestamps(bootstrap, a[1], Long.parseLong(a[2]), Integer.parseInt(a[3]), out);
-            case "group" -> group(bootstrap, a[1], a[2], Integer.parseInt(a[3]),
-                                  Integer.parseInt(a[4]), a[5], out);
+            case "group" -> threeTwoLate(bootstrap, a[1], a[2], Integer.parseInt(a[3]),
+                    Integer.parseInt(a[4]), a[5], MiniBrokerConformance::member,
+                    MiniBrokerConformance::covers, Duration.ofSeconds(40), out);
             case "admin" -> admin(bootstrap, a[1], out);
             case "txn" -> txn(bootstrap, a[1], out);
             case "fence" -> fence(bootstrap, a[1], out);
             case "txnOffsets" -> txnOffsets(bootstrap, a[1], a[2], a[3], out);
             case "logAdmin" -> logAdmin(bootstrap, a[1], out);
             default -> throw new IllegalArgumentException("unknown scenario " + a[0]);
-        }
-    }
-
-    // -- clients ----------------------------------------------------------------------------
-
-    /** Timeouts shorter than the defaults (30-120 s), so a broker that never answers fails fast. */
-    private static Properties base(String bootstrap) {
-        Properties p = new Properties();
-        p.put("bootstrap.servers", bootstrap);
-        p.put("request.timeout.ms", "10000");
-        p.put("default.api.timeout.ms", "20000");
-        return p;
-    }
-
-    private static KafkaProducer<byte[], byte[]> producer(String bootstrap, Map<String, String> c) {
-        Properties p = base(bootstrap);
-        p.put("max.block.ms", "20000");
-        p.put("delivery.timeout.ms", "30000");
-        p.putAll(c);
-        return new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer());
-    }
-
-    private static KafkaConsumer<byte[], byte[]> consumer(String bootstrap, Map<String, String> c) {
-        Properties p = base(bootstrap);
-        p.put("enable.auto.commit", "false");
-        p.put("auto.offset.reset", "earliest");
-        p.put("fetch.max.wait.ms", "100");
-        p.putAll(c);
-        return new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer());
-    }
-
-    private static Admin admin(String bootstrap) {
-        return Admin.create(base(bootstrap));
-    }
-
-    private static void createTopic(String bootstrap, String topic, int partitions)
-            throws Exception {
-        try (Admin admin = admin(bootstrap)) {
-            admin.createTopics(List.of(new NewTopic(topic, partitions, (short) 1))).all().get();
         }
     }
 
@@ -335,150 +272,24 @@ public final class MiniBrokerConformance {
             "range", "org.apache.kafka.clients.consumer.RangeAssignor",
             "cooperative-sticky", "org.apache.kafka.clients.consumer.CooperativeStickyAssignor");
 
-    /** Who consumed what, in the order it was processed: [member, partition, offset, value]. */
-    private static final class Ledger {
-        private final List<List<Object>> rows = new ArrayList<>();
-
-        synchronized void add(String member, ConsumerRecord<byte[], byte[]> r) {
-            rows.add(List.of(member, r.partition(), r.offset(), Json.bytes(r.value())));
-        }
-
-        synchronized List<List<Object>> snapshot() {
-            return new ArrayList<>(rows);
-        }
-
-        synchronized Set<String> positions() {
-            Set<String> s = new HashSet<>();
-            for (List<Object> row : rows) s.add(row.get(1) + "@" + row.get(2));
-            return s;
-        }
-    }
-
     /**
-     * One member in its own thread, as the Java consumer is used: subscribe, poll, process,
-     * commitSync after each batch. Partitions are revoked only inside poll(), so every
-     * processed record is committed before a rebalance can hand its partition to another
-     * member, with the eager and the cooperative assignors alike.
+     * A member of a classic group, as the Java consumer is used. `assignor`: range (eager
+     * rebalances, a revocation empties the assignment), cooperative-sticky (incremental ones,
+     * KIP-429) or default.
      */
-    private static final class Member extends Thread {
-        final String memberName;
-        final KafkaConsumer<byte[], byte[]> consumer;
-        final String topic;
-        final Ledger ledger;
-        final List<Object> assignments = Collections.synchronizedList(new ArrayList<>());
-        final List<String> errors = Collections.synchronizedList(new ArrayList<>());
-        volatile Set<Integer> assignment = Set.of();
-        volatile boolean stop;
-        private boolean changed;
-
-        Member(String bootstrap, String group, String topic, String name, Ledger ledger,
-               String reset, String assignor) {
-            super(name);
-            this.memberName = name;
-            this.topic = topic;
-            this.ledger = ledger;
-            Map<String, String> config = new HashMap<>(Map.of(
-                    "group.id", group, "group.protocol", "classic", "client.id", name,
-                    "session.timeout.ms", "10000", "heartbeat.interval.ms", "500",
-                    "auto.offset.reset", reset));
-            if (!assignor.equals("default")) {
-                config.put("partition.assignment.strategy", ASSIGNORS.get(assignor));
-            }
-            this.consumer = consumer(bootstrap, config);
-            setDaemon(true);
+    private static Member member(String bootstrap, String group, String topic, String name,
+                                 Ledger ledger, String reset, String assignor) {
+        Map<String, String> config = new HashMap<>(Map.of(
+                "group.id", group, "group.protocol", "classic", "client.id", name,
+                "session.timeout.ms", "10000", "heartbeat.interval.ms", "500",
+                "auto.offset.reset", reset));
+        if (!assignor.equals("default")) {
+            config.put("partition.assignment.strategy", ASSIGNORS.get(assignor));
         }
-
-        @Override
-        public void run() {
-            try {
-                // The cooperative assignor's callbacks carry only what changed, so the whole
-                // assignment is read from the consumer whenever a callback has run.
-                consumer.subscribe(List.of(topic), new ConsumerRebalanceListener() {
-                    @Override
-                    public void onPartitionsRevoked(Collection<TopicPartition> parts) {
-                        if (!parts.isEmpty()) assignment = Set.of();
-                    }
-
-                    @Override
-                    public void onPartitionsAssigned(Collection<TopicPartition> parts) {
-                        changed = true;
-                    }
-                });
-                while (!stop) {
-                    ConsumerRecords<byte[], byte[]> recs = consumer.poll(Duration.ofMillis(100));
-                    if (changed) {
-                        changed = false;
-                        Set<Integer> now = new TreeSet<>();
-                        for (TopicPartition tp : consumer.assignment()) now.add(tp.partition());
-                        assignment = now;
-                        assignments.add(new ArrayList<>(now));
-                    }
-                    for (ConsumerRecord<byte[], byte[]> r : recs) ledger.add(memberName, r);
-                    if (!recs.isEmpty()) consumer.commitSync();
-                }
-            } catch (Throwable e) {
-                errors.add(describe(e));
-            } finally {
-                try {
-                    consumer.close(); // sends LeaveGroup
-                } catch (Throwable e) {
-                    errors.add("close: " + describe(e));
-                }
-            }
-        }
-
-        Map<String, Object> report() {
-            Map<String, Object> m = new LinkedHashMap<>();
-            m.put("assignments", new ArrayList<>(assignments));
-            m.put("errors", new ArrayList<>(errors));
-            return m;
-        }
-
-        void finish() throws InterruptedException {
-            stop = true;
-            join(WAIT.toMillis());
-            if (isAlive()) errors.add("did not stop");
-        }
+        return new Member(bootstrap, topic, name, ledger, config, true);
     }
 
-    private static void produceNumbered(String bootstrap, String topic, int partitions,
-                                        int perPartition, String phase) throws Exception {
-        try (KafkaProducer<byte[], byte[]> producer = producer(bootstrap, Map.of(
-                "acks", "all", "linger.ms", "5"))) {
-            for (int n = 0; n < perPartition; n++) {
-                for (int p = 0; p < partitions; p++) {
-                    producer.send(new ProducerRecord<>(topic, p, null,
-                            (phase + ":" + p + ":" + n).getBytes(StandardCharsets.UTF_8)));
-                }
-            }
-            producer.flush();
-        }
-    }
-
-    private static boolean waitFor(BooleanSupplier cond, Duration timeout)
-            throws InterruptedException {
-        long deadline = System.nanoTime() + timeout.toNanos();
-        while (System.nanoTime() < deadline) {
-            if (cond.getAsBoolean()) return true;
-            Thread.sleep(50);
-        }
-        return cond.getAsBoolean();
-    }
-
-    private static boolean consumedPhase(Ledger ledger, int partitions, int from, int to) {
-        Set<String> seen = ledger.positions();
-        for (int p = 0; p < partitions; p++) {
-            for (int o = from; o < to; o++) if (!seen.contains(p + "@" + o)) return false;
-        }
-        return true;
-    }
-
-    private static List<Object> assignmentOf(List<Member> members) {
-        List<Object> out = new ArrayList<>();
-        for (Member m : members) out.add(new ArrayList<>(m.assignment));
-        return out;
-    }
-
+    /** Every member has partitions and each partition has one member. */
     private static boolean covers(List<Member> members, int partitions) {
         Set<Integer> all = new TreeSet<>();
         int total = 0;
@@ -488,68 +299,6 @@ public final class MiniBrokerConformance {
             total += m.assignment.size();
         }
         return all.size() == partitions && total == partitions;
-    }
-
-    /**
-     * A classic group: three members share the partitions and commit; one leaves and the two
-     * others take its partitions over; both stop; a new member with auto.offset.reset=none
-     * resumes exactly at the committed offsets (it fails if any partition has none).
-     * `assignor`: range (eager rebalances) or cooperative-sticky (incremental ones, KIP-429).
-     */
-    private static void group(String bootstrap, String topic, String group, int partitions,
-                              int perPartition, String assignor, Map<String, Object> out)
-            throws Exception {
-        createTopic(bootstrap, topic, partitions);
-        Ledger ledger = new Ledger();
-        Map<String, Object> phases = new LinkedHashMap<>();
-        out.put("phases", phases);
-        List<Member> all = new ArrayList<>();
-        try {
-            produceNumbered(bootstrap, topic, partitions, perPartition, "one");
-            List<Member> three = new ArrayList<>();
-            for (int i = 0; i < 3; i++) {
-                three.add(new Member(bootstrap, group, topic, "member-" + i, ledger, "earliest",
-                                     assignor));
-            }
-            all.addAll(three);
-            three.forEach(Thread::start);
-            boolean done = waitFor(() -> consumedPhase(ledger, partitions, 0, perPartition)
-                    && covers(three, partitions), Duration.ofSeconds(40));
-            phases.put("three", Map.of("complete", done, "assignment", assignmentOf(three)));
-
-            three.get(2).finish(); // leaves the group
-            List<Member> two = three.subList(0, 2);
-            produceNumbered(bootstrap, topic, partitions, perPartition, "two");
-            done = waitFor(() -> consumedPhase(ledger, partitions, 0, 2 * perPartition)
-                    && covers(two, partitions), Duration.ofSeconds(40));
-            phases.put("two", Map.of("complete", done, "assignment", assignmentOf(two)));
-            for (Member m : two) m.finish();
-
-            produceNumbered(bootstrap, topic, partitions, perPartition, "three");
-            Member late = new Member(bootstrap, group, topic, "late", ledger, "none", assignor);
-            all.add(late);
-            late.start();
-            done = waitFor(() -> consumedPhase(ledger, partitions, 0, 3 * perPartition),
-                           Duration.ofSeconds(40));
-            Thread.sleep(300); // a re-read of anything older would show up by now
-            late.finish();
-            phases.put("late", Map.of("complete", done));
-        } finally {
-            for (Member m : all) {
-                if (m.isAlive()) m.finish();
-            }
-            out.put("rows", ledger.snapshot());
-            Map<String, Object> members = new LinkedHashMap<>();
-            for (Member m : all) members.put(m.memberName, m.report());
-            out.put("members", members);
-        }
-        try (Admin admin = admin(bootstrap)) {
-            Map<String, Object> committed = new TreeMap<>();
-            admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get()
-                    .forEach((tp, om) -> committed.put(String.valueOf(tp.partition()),
-                                                       om == null ? null : om.offset()));
-            out.put("committed", committed);
-        }
     }
 
     // -- transactions ------------------------------------------------------------------------
@@ -1075,10 +824,10 @@ public final class MiniBrokerConformance {
             // A live group: one member of `two` that has consumed and committed everything.
             produceNumbered(bootstrap, two, 4, 3, "admin");
             Ledger ledger = new Ledger();
-            Member member = new Member(bootstrap, group, two, "admin-member", ledger, "earliest",
-                                       "default");
+            Member member = member(bootstrap, group, two, "admin-member", ledger, "earliest",
+                                   "default");
             member.start();
-            boolean consumed = waitFor(() -> consumedPhase(ledger, 4, 0, 3)
+            boolean consumed = waitFor(() -> ledger.has(4, 0, 3)
                     && member.assignment.size() == 4, Duration.ofSeconds(30));
             Thread.sleep(300); // its last commitSync
             steps.put("groupMember", Map.of("consumed", consumed, "report", member.report()));
@@ -1135,36 +884,9 @@ public final class MiniBrokerConformance {
         return out;
     }
 
-    /** Deprecated for removal in 4.x, yet still the call most code in the field makes. */
-    @SuppressWarnings("removal")
-    private static Map<String, Object> listConsumerGroups(Admin admin) throws Exception {
-        Map<String, Object> out = new TreeMap<>();
-        for (ConsumerGroupListing g : admin.listConsumerGroups().all().get()) {
-            out.put(g.groupId(), List.of(String.valueOf(g.groupState().orElse(null)),
-                                         String.valueOf(g.type().orElse(null))));
-        }
-        return out;
-    }
-
-    /** Its replacement: ListGroups filtered on the consumer group types. */
-    private static Map<String, Object> listGroups(Admin admin) throws Exception {
-        Map<String, Object> out = new TreeMap<>();
-        for (GroupListing g : admin.listGroups(ListGroupsOptions.forConsumerGroups()).all().get()) {
-            out.put(g.groupId(), List.of(String.valueOf(g.groupState().orElse(null)),
-                                         String.valueOf(g.type().orElse(null)), g.protocol()));
-        }
-        return out;
-    }
-
     private static Map<String, Object> describeGroup(Admin admin, String group) throws Exception {
-        ConsumerGroupDescription d = admin.describeConsumerGroups(List.of(group))
-                .describedGroups().get(group).get();
-        Map<String, Object> out = new LinkedHashMap<>();
-        out.put("state", String.valueOf(d.groupState()));
-        out.put("type", String.valueOf(d.type()));
-        out.put("assignor", d.partitionAssignor());
-        out.put("coordinator", d.coordinator() == null ? null : d.coordinator().id());
-        out.put("simple", d.isSimpleConsumerGroup());
+        ConsumerGroupDescription d = describeConsumerGroup(admin, group);
+        Map<String, Object> out = groupSummary(d);
         List<Object> members = new ArrayList<>();
         for (MemberDescription m : d.members()) {
             List<Integer> parts = new ArrayList<>();
@@ -1188,30 +910,5 @@ public final class MiniBrokerConformance {
                         : Arrays.asList(om.offset(), om.metadata(),
                                         om.leaderEpoch().orElse(null))));
         return out;
-    }
-
-    // -- results -----------------------------------------------------------------------------
-
-    /** A step's value, or {"error": ...}; never throws, so later steps still run. */
-    private static Object step(Callable<Object> body) {
-        Map<String, Object> out = new LinkedHashMap<>();
-        try {
-            out.put("value", body.call());
-        } catch (Throwable e) {
-            out.put("error", describe(e));
-        }
-        return out;
-    }
-
-    /** "Class: message" down the cause chain, with ExecutionException wrappers peeled off. */
-    static String describe(Throwable e) {
-        StringBuilder sb = new StringBuilder();
-        Map<Throwable, Boolean> seen = new HashMap<>();
-        for (Throwable t = e; t != null && seen.put(t, true) == null; t = t.getCause()) {
-            if (t instanceof ExecutionException && t.getCause() != null) continue;
-            if (sb.length() > 0) sb.append(" <- ");
-            sb.append(t.getClass().getName()).append(": ").append(t.getMessage());
-        }
-        return sb.toString();
     }
 }

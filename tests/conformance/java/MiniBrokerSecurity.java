@@ -6,12 +6,10 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.TreeMap;
-import java.util.concurrent.Callable;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -47,24 +45,9 @@ import org.apache.kafka.common.serialization.StringSerializer;
  * commits), {@code denied:<props>:<topic>} (a produce and an ACL change that must be refused).
  * One JSON line per scenario on stdout; the assertions are in tests/conformance/test_java.py.
  */
-public final class MiniBrokerSecurity {
-    private static final Duration WAIT = Duration.ofSeconds(30);
-
+public final class MiniBrokerSecurity extends ClientSupport {
     public static void main(String[] args) {
-        String bootstrap = args[0];
-        for (int i = 1; i < args.length; i++) {
-            Map<String, Object> out = new LinkedHashMap<>();
-            out.put("scenario", args[i]);
-            long start = System.nanoTime();
-            try {
-                run(bootstrap, args[i].split(":", -1), out);
-            } catch (Throwable e) {
-                out.put("error", MiniBrokerConformance.describe(e));
-            }
-            out.put("seconds", (System.nanoTime() - start) / 1e9);
-            System.out.println(Json.write(out));
-            System.out.flush();
-        }
+        runAll(args, MiniBrokerSecurity::run);
     }
 
     private static void run(String bootstrap, String[] a, Map<String, Object> out)
@@ -91,20 +74,8 @@ public final class MiniBrokerSecurity {
         try (Reader r = Files.newBufferedReader(file, StandardCharsets.UTF_8)) {
             p.load(r);
         }
-        p.put("bootstrap.servers", bootstrap);
-        p.put("request.timeout.ms", "10000");
-        p.put("default.api.timeout.ms", "20000");
+        p.putAll(base(bootstrap));
         return p;
-    }
-
-    private static Object step(Callable<Object> body) {
-        Map<String, Object> out = new LinkedHashMap<>();
-        try {
-            out.put("value", body.call());
-        } catch (Throwable e) {
-            out.put("error", MiniBrokerConformance.describe(e));
-        }
-        return out;
     }
 
     private static List<String> text(Collection<AclBinding> bindings) {
