@@ -20,29 +20,30 @@ import base64
 import json
 import subprocess
 import warnings
-from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.conformance.conftest import GROUP_OVERRIDES
-from tests.conformance.support import assert_exactly_once
+from tests.conformance.support import (
+    ScenarioRun,
+    assert_exactly_once,
+    assert_idempotent_scenario,
+    committed_offsets,
+    module_broker,
+)
 from tests.support.broker import BrokerProcess
 from tests.support.clients import (
     CODECS,
     Got,
     Rec,
-    assert_idempotent_batches,
     assert_roundtrip,
     assert_stored_as_sent,
     confluent_consume,
-    confluent_consumer,
     disk_batches,
     sample_records,
     unique_topic,
-    watermarks,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,21 +70,6 @@ def _got(row: list) -> Got:
     offset, ts_type, ts, key, value, headers = row
     return Got(offset, Rec(_bytes(key), _bytes(value),
                            tuple((k, _bytes(v)) for k, v in headers), ts), ts_type)
-
-
-def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[str, int]:
-    """The group's committed offsets as the venv's confluent-kafka reads them (no join)."""
-    from confluent_kafka import TopicPartition
-
-    errors: list = []
-    consumer = confluent_consumer(bootstrap, errors, {"group.id": group})
-    try:
-        got = consumer.committed([TopicPartition(topic, p) for p in range(partitions)],
-                                 timeout=10)
-    finally:
-        consumer.close()
-    assert not errors, errors
-    return {str(tp.partition): tp.offset for tp in got}
 
 
 def _require() -> None:
@@ -114,31 +100,14 @@ def _debian_version(package: str) -> str:
     return out.rsplit("-", 1)[0]
 
 
-@dataclass
-class Run:
-    broker: BrokerProcess
-    summary: dict
-    plan: dict
-    sent: dict[str, list[Rec]]
-    stderr: str
-
-    def __getitem__(self, name: str) -> dict:
-        result = self.summary["results"][name]
-        assert "error" not in result, f"{name}: {result['error']}\n{self.stderr[-4000:]}"
-        return result
-
-
 @pytest.fixture(scope="module")
 def debian_broker(tmp_path_factory) -> Iterator[BrokerProcess]:
     _require()
-    b = BrokerProcess(tmp_path_factory.mktemp("debian-broker"), GROUP_OVERRIDES).start()
-    yield b
-    if b.proc is not None and b.proc.poll() is None:
-        b.kill()
+    yield from module_broker(tmp_path_factory.mktemp("debian-broker"), GROUP_OVERRIDES)
 
 
 @pytest.fixture(scope="module")
-def run(debian_broker: BrokerProcess, tmp_path_factory) -> Run:
+def run(debian_broker: BrokerProcess, tmp_path_factory) -> ScenarioRun:
     """Every scenario in one Debian python process; each test then reads its part."""
     sent = {codec: sample_records(40, seed=i, both_null=True, null_header=False)
             for i, codec in enumerate(CODECS)}
@@ -162,10 +131,10 @@ def run(debian_broker: BrokerProcess, tmp_path_factory) -> Run:
     assert proc.returncode == 0, (
         f"conformance.py exited {proc.returncode}:\n{proc.stderr[-4000:]}")
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    return Run(debian_broker, summary, plan, sent, proc.stderr)
+    return ScenarioRun(debian_broker, summary, plan, sent, proc.stderr)
 
 
-def test_debian_client(run: Run) -> None:
+def test_debian_client(run: ScenarioRun) -> None:
     """Debian's packages, not the venv's wheel: the versions dpkg reports, loaded by
     /usr/bin/python3 from Debian's module directory."""
     assert run.summary["python"] == PYTHON
@@ -175,7 +144,7 @@ def test_debian_client(run: Run) -> None:
 
 
 @pytest.mark.parametrize("codec", CODECS)
-def test_roundtrip_every_codec(run: Run, codec: str) -> None:
+def test_roundtrip_every_codec(run: ScenarioRun, codec: str) -> None:
     """Keys and values (binary, empty, null, both null), headers (binary, duplicate, empty,
     non-ASCII) and CreateTime timestamps come back byte for byte, to Debian's client and to the
     venv's alike; the broker stores the batches with the producer's codec."""
@@ -190,28 +159,13 @@ def test_roundtrip_every_codec(run: Run, codec: str) -> None:
     assert_stored_as_sent(batches, codec)
 
 
-def test_idempotent_producer(run: Run) -> None:
+def test_idempotent_producer(run: ScenarioRun) -> None:
     """enable.idempotence, five requests in flight, small batches over four partitions: every
     record acknowledged once at a dense offset, in send order, and stored once."""
-    result, topic = run["idempotent"], run.plan["idempotent"]["topic"]
-    assert result["errors"] == []
-    n = IDEMPOTENT_PER_PARTITION
-    expected = {(p, o): f"{p}:{o}" for p in range(IDEMPOTENT_PARTITIONS) for o in range(n)}
-    acked = result["acked"]
-    assert [a for a in acked if len(a) != 3] == [], "records not acknowledged"
-    assert len(acked) == len(expected)
-    assert {(p, o): v for p, o, v in acked} == expected
-    consumed = Counter((p, o, v) for p, o, v in result["consumed"])
-    assert [k for k, c in consumed.items() if c > 1] == [], "records consumed twice"
-    assert {(p, o): v for p, o, v in consumed} == expected
-    log_dir = run.broker.data_dir / "logs"
-    for p in range(IDEMPOTENT_PARTITIONS):
-        assert watermarks(run.broker.bootstrap, topic, p) == (0, n)
-        assert_idempotent_batches(log_dir, topic, p, n)
-        assert len(disk_batches(log_dir, topic, p)) >= 3, "the producer pipelined no batches"
+    assert_idempotent_scenario(run, IDEMPOTENT_PARTITIONS, IDEMPOTENT_PER_PARTITION)
 
 
-def test_group_commit_and_resume(run: Run) -> None:
+def test_group_commit_and_resume(run: ScenarioRun) -> None:
     """A member processes the first half of every partition, committing each record
     synchronously, and leaves; a new member of the group, with auto.offset.reset=error, resumes
     exactly at the committed offsets: every record processed once."""
@@ -227,5 +181,5 @@ def test_group_commit_and_resume(run: Run) -> None:
     assert_exactly_once(rows, expected)
     assert sorted((p, o) for m, p, o, _v in rows if m == "second") == sorted(
         (p, o) for p in range(RESUME_PARTITIONS) for o in range(half, per))
-    assert _committed(run.broker.bootstrap, spec["group"], spec["topic"],
+    assert committed_offsets(run.broker.bootstrap, spec["group"], spec["topic"],
                       RESUME_PARTITIONS) == everything

@@ -23,30 +23,32 @@ import json
 import shutil
 import subprocess
 import warnings
-from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from tests.conformance.conftest import GROUP_OVERRIDES
-from tests.conformance.support import assert_exactly_once
+from tests.conformance.support import (
+    ScenarioRun,
+    assert_exactly_once,
+    assert_idempotent_scenario,
+    committed_offsets,
+    module_broker,
+)
 from tests.support.broker import BrokerProcess
 from tests.support.clients import (
     CODECS,
     Rec,
-    assert_idempotent_batches,
     assert_roundtrip,
     assert_stored_as_sent,
     confluent_consume,
-    confluent_consumer,
     confluent_produce,
     create_topic,
     disk_batches,
     sample_records,
     unique_topic,
-    watermarks,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,21 +103,6 @@ def _assert_read_back(rows: list[list], sent: list[Rec]) -> None:
         assert (offset, rec) == (i, want), f"record {i}: read {offset}, {rec!r:.300}"
 
 
-def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[str, int]:
-    """The group's committed offsets as the venv's confluent-kafka reads them (no join)."""
-    from confluent_kafka import TopicPartition
-
-    errors: list = []
-    consumer = confluent_consumer(bootstrap, errors, {"group.id": group})
-    try:
-        got = consumer.committed([TopicPartition(topic, p) for p in range(partitions)],
-                                 timeout=10)
-    finally:
-        consumer.close()
-    assert not errors, errors
-    return {str(tp.partition): tp.offset for tp in got}
-
-
 def _system_librdkafka() -> str:
     """The version of the librdkafka.so.1 the dynamic linker finds, asked directly."""
     lib = ctypes.CDLL("librdkafka.so.1")
@@ -139,31 +126,14 @@ def _node() -> str:
     pytest.skip(reason)
 
 
-@dataclass
-class Run:
-    broker: BrokerProcess
-    summary: dict
-    plan: dict
-    sent: dict[str, list[Rec]]
-    stderr: str
-
-    def __getitem__(self, name: str) -> dict:
-        result = self.summary["results"][name]
-        assert "error" not in result, f"{name}: {result['error']}\n{self.stderr[-4000:]}"
-        return result
-
-
 @pytest.fixture(scope="module")
 def node_broker(tmp_path_factory) -> Iterator[BrokerProcess]:
     _node()
-    b = BrokerProcess(tmp_path_factory.mktemp("node-rdkafka-broker"), GROUP_OVERRIDES).start()
-    yield b
-    if b.proc is not None and b.proc.poll() is None:
-        b.kill()
+    yield from module_broker(tmp_path_factory.mktemp("node-rdkafka-broker"), GROUP_OVERRIDES)
 
 
 @pytest.fixture(scope="module")
-def run(node_broker: BrokerProcess, tmp_path_factory) -> Run:
+def run(node_broker: BrokerProcess, tmp_path_factory) -> ScenarioRun:
     """Every scenario in one node process, in the plan's order; each test reads its part."""
     node = _node()
     work = tmp_path_factory.mktemp("node-rdkafka-plan")
@@ -201,10 +171,10 @@ def run(node_broker: BrokerProcess, tmp_path_factory) -> Run:
     assert proc.returncode == 0, (
         f"conformance.js exited {proc.returncode}:\n{proc.stderr[-4000:]}")
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    return Run(node_broker, summary, plan, sent, proc.stderr)
+    return ScenarioRun(node_broker, summary, plan, sent, proc.stderr)
 
 
-def test_client_version(run: Run) -> None:
+def test_client_version(run: ScenarioRun) -> None:
     """The pinned node-rdkafka, running on the system's librdkafka with every codec."""
     lock = json.loads((HERE / "package-lock.json").read_text())
     assert run.summary["version"].removeprefix("v") == (
@@ -214,7 +184,7 @@ def test_client_version(run: Run) -> None:
 
 
 @pytest.mark.parametrize("codec", CODECS)
-def test_roundtrip_every_codec(run: Run, codec: str) -> None:
+def test_roundtrip_every_codec(run: ScenarioRun, codec: str) -> None:
     """Keys and values (binary, empty, null), headers (duplicate, empty, non-ASCII) and
     CreateTime timestamps come back byte for byte, to node-rdkafka and to the venv's
     confluent-kafka alike; the broker stores the batches with the producer's codec."""
@@ -229,7 +199,7 @@ def test_roundtrip_every_codec(run: Run, codec: str) -> None:
     assert_stored_as_sent(batches, codec)
 
 
-def test_read_binary_headers(run: Run) -> None:
+def test_read_binary_headers(run: ScenarioRun) -> None:
     """What another client produced (lz4) reads back byte for byte, binary header values
     included; a null header value comes back as an empty Buffer."""
     result = run["read"]
@@ -239,32 +209,17 @@ def test_read_binary_headers(run: Run) -> None:
     _assert_read_back(result["records"], want)
 
 
-def test_idempotent_producer(run: Run) -> None:
+def test_idempotent_producer(run: ScenarioRun) -> None:
     """enable.idempotence, five requests in flight, small batches over four partitions: every
     record acknowledged once at a dense offset, in send order, and stored once."""
-    result, topic = run["idempotent"], run.plan["idempotent"]["topic"]
-    assert result["errors"] == []
-    n = IDEMPOTENT_PER_PARTITION
-    expected = {(p, o): f"{p}:{o}" for p in range(IDEMPOTENT_PARTITIONS) for o in range(n)}
-    acked = result["acked"]
-    assert [a for a in acked if len(a) != 3] == [], "records not acknowledged"
-    assert len(acked) == len(expected)
-    assert {(p, o): v for p, o, v in acked} == expected
-    consumed = Counter((p, o, v) for p, o, v in result["consumed"])
-    assert [k for k, c in consumed.items() if c > 1] == [], "records consumed twice"
-    assert {(p, o): v for p, o, v in consumed} == expected
-    log_dir = run.broker.data_dir / "logs"
-    for p in range(IDEMPOTENT_PARTITIONS):
-        assert watermarks(run.broker.bootstrap, topic, p) == (0, n)
-        assert_idempotent_batches(log_dir, topic, p, n)
-        assert len(disk_batches(log_dir, topic, p)) >= 3, "the producer pipelined no batches"
+    assert_idempotent_scenario(run, IDEMPOTENT_PARTITIONS, IDEMPOTENT_PER_PARTITION)
 
 
 def _numbered(partitions: int, per_partition: int) -> dict[tuple[int, int], str]:
     return {(p, o): f"{p}:{o}" for p in range(partitions) for o in range(per_partition)}
 
 
-def test_group_commit_and_resume(run: Run) -> None:
+def test_group_commit_and_resume(run: ScenarioRun) -> None:
     """A member processes the first half of every partition, committing each record
     (commitMessageSync), and leaves; a new member of the group, with auto.offset.reset=error,
     resumes exactly at the committed offsets: every record processed once."""
@@ -279,12 +234,12 @@ def test_group_commit_and_resume(run: Run) -> None:
     assert_exactly_once(rows, _numbered(RESUME_PARTITIONS, per))
     assert sorted((p, o) for m, p, o, _v in rows if m == "second") == sorted(
         (p, o) for p in range(RESUME_PARTITIONS) for o in range(half, per))
-    assert _committed(run.broker.bootstrap, spec["group"], spec["topic"],
+    assert committed_offsets(run.broker.bootstrap, spec["group"], spec["topic"],
                       RESUME_PARTITIONS) == everything
 
 
 @pytest.mark.parametrize("assignor", ASSIGNORS)
-def test_group_of_two_shares_partitions(run: Run, assignor: str) -> None:
+def test_group_of_two_shares_partitions(run: ScenarioRun, assignor: str) -> None:
     """A member takes every partition; a second one joins and the group splits them 2+2 (an
     eager rebalance with range, an incremental one with cooperative-sticky, where the first
     member keeps what it still owns); each member consumes only its own partitions, every
@@ -316,5 +271,5 @@ def test_group_of_two_shares_partitions(run: Run, assignor: str) -> None:
         assert mine == set(owned), f"member-{i} consumed {mine}, was assigned {owned}"
     everything = {str(p): GROUP_PER_PARTITION for p in range(GROUP_PARTITIONS)}
     assert result["committed"] == everything
-    assert _committed(run.broker.bootstrap, spec["group"], spec["topic"],
+    assert committed_offsets(run.broker.bootstrap, spec["group"], spec["topic"],
                       GROUP_PARTITIONS) == everything

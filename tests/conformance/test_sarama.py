@@ -17,18 +17,20 @@ these tests skip with its reason.
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from tests.conformance.go import programs
-from tests.conformance.support import assert_exactly_once
+from tests.conformance.support import (
+    assert_exactly_once,
+    assert_idempotent_delivery,
+    committed_offsets,
+)
 from tests.support.broker import BrokerProcess
 from tests.support.clients import (
     CODEC_ID,
     Rec,
-    assert_idempotent_batches,
     assert_roundtrip,
     confluent_consume,
     confluent_consumer,
@@ -160,33 +162,8 @@ def test_idempotent_producer(sarama, broker: BrokerProcess) -> None:
     n = IDEMPOTENT_PER_PARTITION
     result = sarama.run(broker.bootstrap, "idempotent", topic, IDEMPOTENT_PARTITIONS, n)
     assert "produceErrors" not in result, result["produceErrors"][:3]
-    expected = {(p, o): f"{p}:{o}" for p in range(IDEMPOTENT_PARTITIONS) for o in range(n)}
-    acked = [(p, o, v) for p, o, v in result["acked"]]
-    assert len(acked) == len(expected)
-    assert {(p, o): v for p, o, v in acked} == expected
-    consumed = Counter((p, o, v) for p, o, v in result["consumed"])
-    assert [k for k, c in consumed.items() if c > 1] == [], "records consumed twice"
-    assert {(p, o): v for p, o, v in consumed} == expected
-    log_dir = broker.data_dir / "logs"
-    for p in range(IDEMPOTENT_PARTITIONS):
-        assert watermarks(broker.bootstrap, topic, p) == (0, n)
-        assert_idempotent_batches(log_dir, topic, p, n)
-        assert len(disk_batches(log_dir, topic, p)) >= 3
-
-
-def _committed(bootstrap: str, topic: str, group: str, partitions: int) -> dict[str, int]:
-    """The group's committed offsets as librdkafka reads them (OffsetFetch, no join)."""
-    from confluent_kafka import TopicPartition
-
-    errors: list = []
-    consumer = confluent_consumer(bootstrap, errors, {"group.id": group})
-    try:
-        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)],
-                                 timeout=10)
-    finally:
-        consumer.close()
-    assert not errors, errors
-    return {str(tp.partition): tp.offset for tp in tps}
+    assert_idempotent_delivery(broker, topic, IDEMPOTENT_PARTITIONS, n, result["acked"],
+                               result["consumed"])
 
 
 def _as_rows(rows: list) -> list[tuple[str, int, int, bytes]]:
@@ -213,7 +190,7 @@ def test_group_commit_and_resume(sarama, group_broker: BrokerProcess) -> None:
     assert result["highWatermarks"] == done
     assert result["committedAfterSecond"] == done
     assert result["groupStateAfterSecond"] == "Empty"
-    assert _committed(group_broker.bootstrap, topic, group, p_count) == done
+    assert committed_offsets(group_broker.bootstrap, group, topic, p_count) == done
 
 
 def test_default_offset_commit_v1_refused(sarama, group_broker: BrokerProcess) -> None:
@@ -225,7 +202,7 @@ def test_default_offset_commit_v1_refused(sarama, group_broker: BrokerProcess) -
     assert result["committedAfterFirst"] == {"0": -1}
     assert result["secondInitialOffsets"] == {"0": -2}  # sarama.OffsetOldest
     assert "unsupported version 1 of OffsetCommit" in programs.refusals(group_broker)
-    assert _committed(group_broker.bootstrap, topic, group, 1) == {"0": -1001}
+    assert committed_offsets(group_broker.bootstrap, group, topic, 1) == {"0": -1001}
 
 
 def test_group_of_two_shares_then_takes_over(sarama, group_broker: BrokerProcess) -> None:
@@ -258,6 +235,6 @@ def test_group_of_two_shares_then_takes_over(sarama, group_broker: BrokerProcess
     assert result["highWatermarks"] == done
     assert result["committedAfterClose"] == done
     assert result["groupStateAfterClose"] == "Empty"
-    assert _committed(group_broker.bootstrap, topic, group, p_count) == done
+    assert committed_offsets(group_broker.bootstrap, group, topic, p_count) == done
     assert [r for r in programs.refusals(group_broker) if "unsupported" in r] == []
 
