@@ -270,7 +270,7 @@ def _api_versions_unsupported(b: BrokerProcess) -> None:
         resp = ApiVersionsResponse.decode(frame[4:], version=0)  # header v0, body v0
         assert resp.error_code == UNSUPPORTED_VERSION
         served = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-        assert served[18] == (0, 3)
+        assert served[18] == (0, 4)
         assert served[0] == (0, 11)  # min 0 advertised as Kafka 4 does
         assert served[1] == (4, 16)
         assert served[2] == (1, 8)
