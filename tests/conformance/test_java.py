@@ -347,7 +347,9 @@ def test_classic_group(shared: Shared, assignor: str) -> None:
 # transactional call wait for max.block.ms, which must not cost the other tests their run.
 
 @dataclass
-class TxnShared:
+class BrokerRun:
+    """A broker of its own and one JVM's scenario results, looked up by scenario name."""
+
     broker: BrokerProcess
     run: java_support.Run
     specs: dict[str, str]
@@ -360,13 +362,13 @@ class TxnShared:
 
 
 @pytest.fixture(scope="module")
-def txn_shared(client, java_broker, shared) -> TxnShared:
+def txn_shared(client, java_broker, shared) -> BrokerRun:
     topics = {"txn": unique_topic("java-txn"), "fence": unique_topic("java-fence"),
               "in": unique_topic("java-ctp-in"), "out": unique_topic("java-ctp-out")}
     specs = {"txn": f"txn:{topics['txn']}", "fence": f"fence:{topics['fence']}",
              "txnOffsets": f"txnOffsets:{topics['in']}:{topics['out']}:{topics['in']}-g"}
     run = java_support.run(client, java_broker.bootstrap, list(specs.values()), timeout=240)
-    return TxnShared(java_broker, run, specs, topics)
+    return BrokerRun(java_broker, run, specs, topics)
 
 
 def _values(rows: list) -> list[str]:
@@ -377,7 +379,7 @@ def _five(prefix: str) -> list[str]:
     return [f"{prefix}-{i}" for i in range(5)]
 
 
-def test_transaction_commit_and_abort(txn_shared: TxnShared) -> None:
+def test_transaction_commit_and_abort(txn_shared: BrokerRun) -> None:
     """initTransactions, then committed, aborted (after a flush) and committed transactions:
     a read_committed KafkaConsumer reads the two committed ones in order and nothing of the
     aborted one, a read_uncommitted one reads all three; the end offset is the same for both
@@ -392,7 +394,7 @@ def test_transaction_commit_and_abort(txn_shared: TxnShared) -> None:
     assert watermarks(txn_shared.broker.bootstrap, txn_shared.topics["txn"]) == (0, 18)
 
 
-def test_transaction_zombie_fenced(txn_shared: TxnShared) -> None:
+def test_transaction_zombie_fenced(txn_shared: BrokerRun) -> None:
     """A second producer initialised with the same transactional.id fences the first: its
     commitTransaction fails with ProducerFencedException, its records are aborted, and the
     second producer's transaction is what read_committed reads."""
@@ -402,7 +404,7 @@ def test_transaction_zombie_fenced(txn_shared: TxnShared) -> None:
     assert _values(result["readCommitted"]) == [f"fresh-{i}" for i in range(3)]
 
 
-def test_transaction_send_offsets(txn_shared: TxnShared) -> None:
+def test_transaction_send_offsets(txn_shared: BrokerRun) -> None:
     """sendOffsetsToTransaction with the consumer's groupMetadata(): the group's offsets are
     committed with the transaction and only then; an aborted transaction leaves them as they
     were, and its output is never read_committed."""
@@ -709,21 +711,8 @@ REMOTE_ASSIGNORS = ["uniform", "range"]
 CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69  # API keys
 
 
-@dataclass
-class ConsumerProtocolRun:
-    broker: BrokerProcess
-    run: java_support.Run
-    specs: dict[str, str]
-    topics: dict[str, str]
-
-    def __getitem__(self, name: str) -> dict:
-        result = self.run[self.specs[name]]
-        assert "error" not in result, f"{name}: {result['error']}\n{self.run.stderr[-4000:]}"
-        return result
-
-
 @pytest.fixture(scope="module")
-def consumer_protocol(client, tmp_path_factory) -> Iterator[ConsumerProtocolRun]:
+def consumer_protocol(client, tmp_path_factory) -> Iterator[BrokerRun]:
     broker = BrokerProcess(tmp_path_factory.mktemp("java-consumer-protocol"),
                            CONSUMER_PROTOCOL_OVERRIDES).start()
     try:
@@ -737,13 +726,13 @@ def consumer_protocol(client, tmp_path_factory) -> Iterator[ConsumerProtocolRun]
         specs["admin"] = f"admin:{topics['admin']}:{topics['admin']}-g:{GROUP_PARTITIONS}"
         run = java_support.run(client, broker.bootstrap, list(specs.values()), timeout=240,
                                main="MiniBrokerConsumerProtocol")
-        yield ConsumerProtocolRun(broker, run, specs, topics)
+        yield BrokerRun(broker, run, specs, topics)
     finally:
         if broker.proc is not None and broker.proc.poll() is None:
             broker.kill()
 
 
-def test_consumer_protocol_apis_served(client, consumer_protocol: ConsumerProtocolRun) -> None:
+def test_consumer_protocol_apis_served(client, consumer_protocol: BrokerRun) -> None:
     """ConsumerGroupHeartbeat up to v1, which the Java client (4.x) needs for a pattern
     subscription and where member ids are the client's own (KIP-1082), and
     ConsumerGroupDescribe from v0."""
@@ -760,7 +749,7 @@ def test_consumer_protocol_apis_served(client, consumer_protocol: ConsumerProtoc
 
 
 @pytest.mark.parametrize("assignor", REMOTE_ASSIGNORS)
-def test_consumer_protocol_group(consumer_protocol: ConsumerProtocolRun, assignor: str) -> None:
+def test_consumer_protocol_group(consumer_protocol: BrokerRun, assignor: str) -> None:
     """group.protocol=consumer with group.remote.assignor, commitSync after each batch: three
     members share six partitions 2+2+2; one leaves and the other two take its partitions over
     3+3 from its committed offsets; both stop; a new member with auto.offset.reset=none resumes
@@ -791,7 +780,7 @@ def test_consumer_protocol_group(consumer_protocol: ConsumerProtocolRun, assigno
     assert result["committed"] == {str(p): 3 * n for p in range(GROUP_PARTITIONS)}
 
 
-def test_consumer_protocol_admin(consumer_protocol: ConsumerProtocolRun) -> None:
+def test_consumer_protocol_admin(consumer_protocol: BrokerRun) -> None:
     """describeConsumerGroups of a live consumer-protocol group (ConsumerGroupDescribe): type
     Consumer, Stable, the group's assignor, epochs, and each member as the consumer knows
     itself (its own member id), with its assignment equal to its target; listGroups and
