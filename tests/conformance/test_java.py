@@ -310,13 +310,10 @@ def test_admin_member_host_as_kafka_reports_it(shared: Shared) -> None:
     assert [m["host"] for m in live["members"]] == ["/127.0.0.1"]
 
 
-@pytest.mark.parametrize("assignor", ASSIGNORS)
-def test_classic_group(shared: Shared, assignor: str) -> None:
-    """group.protocol=classic, commitSync after each batch: three members share six partitions
-    2+2+2; one leaves and the other two take its partitions over 3+3 from its committed
-    offsets; both stop; a new member with auto.offset.reset=none resumes exactly at the
-    committed offsets. Every record is processed exactly once."""
-    result = shared[assignor]
+def _assert_three_two_late(result: dict, sticky: bool) -> None:
+    """The three/two/late group scenario: 2+2+2, then 3+3 after a leave (with a sticky
+    assignor the two who stayed kept what they had), every record processed exactly once, the
+    late member reading exactly the last phase, and the commits at the end."""
     n = GROUP_PER_PARTITION
     for name, report in result["members"].items():
         assert report["errors"] == [], f"{name}: {report['errors']}"
@@ -327,7 +324,7 @@ def test_classic_group(shared: Shared, assignor: str) -> None:
         range(GROUP_PARTITIONS)), three
     assert sorted(len(a) for a in two) == [3, 3] and sorted(sum(two, [])) == list(
         range(GROUP_PARTITIONS)), two
-    if assignor == "cooperative-sticky":  # the two who stayed kept what they had
+    if sticky:
         assert all(set(before) <= set(after) for before, after in zip(three, two, strict=False))
 
     rows = result["rows"]
@@ -340,6 +337,15 @@ def test_classic_group(shared: Shared, assignor: str) -> None:
     late = sorted((p, o) for m, p, o, _v in rows if m == "late")
     assert late == sorted((p, o) for p in range(GROUP_PARTITIONS) for o in range(2 * n, 3 * n))
     assert result["committed"] == {str(p): 3 * n for p in range(GROUP_PARTITIONS)}
+
+
+@pytest.mark.parametrize("assignor", ASSIGNORS)
+def test_classic_group(shared: Shared, assignor: str) -> None:
+    """group.protocol=classic, commitSync after each batch: three members share six partitions
+    2+2+2; one leaves and the other two take its partitions over 3+3 from its committed
+    offsets; both stop; a new member with auto.offset.reset=none resumes exactly at the
+    committed offsets. Every record is processed exactly once."""
+    _assert_three_two_late(shared[assignor], sticky=assignor == "cooperative-sticky")
 
 
 # -- transactions -------------------------------------------------------------------------------
@@ -754,30 +760,7 @@ def test_consumer_protocol_group(consumer_protocol: BrokerRun, assignor: str) ->
     members share six partitions 2+2+2; one leaves and the other two take its partitions over
     3+3 from its committed offsets; both stop; a new member with auto.offset.reset=none resumes
     exactly at the committed offsets. Every record is processed exactly once."""
-    result = consumer_protocol[assignor]
-    n = GROUP_PER_PARTITION
-    for name, report in result["members"].items():
-        assert report["errors"] == [], f"{name}: {report['errors']}"
-    phases = result["phases"]
-    assert all(phase["complete"] for phase in phases.values()), phases
-    three, two = phases["three"]["assignment"], phases["two"]["assignment"]
-    assert sorted(len(a) for a in three) == [2, 2, 2] and sorted(sum(three, [])) == list(
-        range(GROUP_PARTITIONS)), three
-    assert sorted(len(a) for a in two) == [3, 3] and sorted(sum(two, [])) == list(
-        range(GROUP_PARTITIONS)), two
-    if assignor == "uniform":  # sticky: the two who stayed kept what they had
-        assert all(set(before) <= set(after) for before, after in zip(three, two, strict=False))
-
-    rows = result["rows"]
-    seen = Counter((p, o) for _m, p, o, _v in rows)
-    assert [k for k, c in seen.items() if c > 1] == [], "records processed twice"
-    phase_names = ["one", "two", "three"]
-    expected = {(p, o): _token(f"{phase_names[o // n]}:{p}:{o % n}".encode())
-                for p in range(GROUP_PARTITIONS) for o in range(3 * n)}
-    assert {(p, o): v for _m, p, o, v in rows} == expected
-    late = sorted((p, o) for m, p, o, _v in rows if m == "late")
-    assert late == sorted((p, o) for p in range(GROUP_PARTITIONS) for o in range(2 * n, 3 * n))
-    assert result["committed"] == {str(p): 3 * n for p in range(GROUP_PARTITIONS)}
+    _assert_three_two_late(consumer_protocol[assignor], sticky=assignor == "uniform")
 
 
 def test_consumer_protocol_admin(consumer_protocol: BrokerRun) -> None:
