@@ -7,12 +7,17 @@ import asyncio
 import gc
 import signal
 import sys
+import time
 from importlib.metadata import version
 
+import structlog
 import uvloop
 
+from broker import gc_policy
 from broker.config import KEYS, BrokerConfig, ConfigError
 from broker.logging import configure
+
+log = structlog.get_logger("broker.cli")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,18 +37,27 @@ def _parser() -> argparse.ArgumentParser:
 async def _serve(config: BrokerConfig) -> None:
     from broker.server import Broker
 
-    broker = Broker(config)
-    await broker.start()
-    # What is alive after start (modules, codecs, loaded logs) stays alive: keep it out of the
-    # collector's scans so a full collection only walks what requests allocate. The purgatory
-    # benchmark measured GC pauses as the main source of timer lateness (docs/benchmarks.md).
-    gc.collect()
-    gc.freeze()
+    # Handlers first: a SIGTERM that comes while starting (or while the policy's collection
+    # runs) stops the broker cleanly once started, instead of killing it mid-start.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    broker = Broker(config)
+    await broker.start()
+    # Set once started, so what start-up built is what freeze keeps out of later scans.
+    began = time.perf_counter()
+    thresholds = gc_policy.apply(config["minibroker.gc.policy"],
+                                 config["minibroker.gc.gen0.threshold"])
+    pauses = gc_policy.GcPauses().install()
+    log.info("gc policy", policy=config["minibroker.gc.policy"], thresholds=list(thresholds),
+             frozen=gc.get_freeze_count(),
+             apply_ms=round((time.perf_counter() - began) * 1e3, 1))
     await stop.wait()
+    pauses.uninstall()
+    # What the collector took from the loop while serving, for the benchmarks that compare
+    # the policies (bench.gc reads this line).
+    log.info("gc pauses", policy=config["minibroker.gc.policy"], **pauses.summary())
     await broker.stop()
 
 

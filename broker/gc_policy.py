@@ -1,0 +1,85 @@
+"""The broker process's garbage-collection policy, and a record of what the collector cost.
+
+CPython's cyclic collector runs when the tracked objects allocated since its last run (net of
+those freed) pass gen0's threshold. A broker's per-request objects are acyclic and die by
+reference count, so most of what a collection scans is the long-lived state built at start
+(modules, codecs, loaded logs) and the operations parked in the purgatory. The policies:
+
+- ``default``: CPython as it is.
+- ``freeze``: after start-up, one full collection, then ``gc.freeze()`` moves every survivor
+  to the permanent generation, so no later collection walks it.
+- ``tuned``: ``freeze``, and gen0's threshold raised above the garbage of a burst (thousands
+  of connections or parked fetches arriving at once), so young objects that die by reference
+  count are gone before any collection looks at them.
+
+Applied by the command line only (``broker.cli``): an embedded broker runs inside someone
+else's process, whose collector is theirs to set.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+POLICIES = ("default", "freeze", "tuned")
+
+
+def apply(policy: str, gen0_threshold: int) -> tuple[int, int, int]:
+    """Set the policy once the broker has started; the thresholds in force are returned."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown GC policy {policy!r}")
+    if policy in ("freeze", "tuned"):
+        gc.collect()
+        gc.freeze()
+    if policy == "tuned":
+        _, gen1, gen2 = gc.get_threshold()
+        gc.set_threshold(gen0_threshold, gen1, gen2)
+    return gc.get_threshold()
+
+
+@dataclass(eq=False)
+class GcPauses:
+    """Collections and the time spent in them, per generation, from ``gc.callbacks``.
+
+    Two clock reads per collection: the price is noise next to the collection itself, and it
+    is the only way to see what the collector takes from the loop (each pause delays every
+    connection's next read, and every timer due meanwhile).
+    """
+
+    collections: list[int] = field(default_factory=lambda: [0, 0, 0])
+    pause_s: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    max_pause_s: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    collected: int = 0
+    _started: float = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        took = time.perf_counter() - self._started
+        gen = info["generation"]
+        self.collections[gen] += 1
+        self.pause_s[gen] += took
+        if took > self.max_pause_s[gen]:
+            self.max_pause_s[gen] = took
+        self.collected += info["collected"]
+
+    def install(self) -> GcPauses:
+        gc.callbacks.append(self)
+        return self
+
+    def uninstall(self) -> None:
+        if self in gc.callbacks:
+            gc.callbacks.remove(self)
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready figures for the shutdown log line (and the benchmarks that read it)."""
+        return {
+            "collections": list(self.collections),
+            "pause_ms": [round(s * 1e3, 3) for s in self.pause_s],
+            "max_pause_ms": [round(s * 1e3, 3) for s in self.max_pause_s],
+            "total_pause_ms": round(sum(self.pause_s) * 1e3, 3),
+            "collected": self.collected,
+        }

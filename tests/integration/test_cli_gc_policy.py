@@ -1,0 +1,51 @@
+"""The GC policy belongs to the broker process started by the command line; a broker built
+in someone else's process (an embedded one, in a user's tests) leaves their collector alone."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+
+from broker.config import BrokerConfig
+from tests.support.broker import BrokerProcess
+
+
+def _events(broker: BrokerProcess, name: str) -> list[dict]:
+    return [line for line in broker.new_log_lines() if line.get("event") == name]
+
+
+def test_cli_applies_the_policy_and_logs_the_pauses(tmp_path):
+    broker = BrokerProcess(tmp_path, {"minibroker.gc.policy": "tuned",
+                                      "minibroker.gc.gen0.threshold": "40000"}).start()
+    assert broker.stop() == 0
+    [applied] = _events(broker, "gc policy")
+    assert applied["policy"] == "tuned"
+    assert applied["thresholds"][0] == 40000
+    assert applied["frozen"] > 0
+    [pauses] = _events(broker, "gc pauses")
+    assert len(pauses["collections"]) == len(pauses["pause_ms"]) == 3
+
+
+def test_cli_default_policy_leaves_cpython_as_is(tmp_path):
+    broker = BrokerProcess(tmp_path, {"minibroker.gc.policy": "default"}).start()
+    assert broker.stop() == 0
+    [applied] = _events(broker, "gc policy")
+    assert applied["thresholds"] == list(gc.get_threshold())  # pytest's: CPython's own
+    assert applied["frozen"] == 0
+
+
+def test_a_broker_in_this_process_does_not_touch_its_collector(tmp_path):
+    from broker.server import Broker
+
+    before = (gc.get_threshold(), gc.get_freeze_count(), gc.isenabled())
+    cfg = BrokerConfig.from_properties(None, [
+        "listeners=PLAINTEXT://127.0.0.1:0", f"log.dirs={tmp_path / 'logs'}",
+        "metrics.listener=", "minibroker.gc.policy=tuned"])
+
+    async def run() -> None:
+        broker = Broker(cfg)
+        await broker.start()
+        await broker.stop()
+
+    asyncio.run(run())
+    assert (gc.get_threshold(), gc.get_freeze_count(), gc.isenabled()) == before
