@@ -83,11 +83,22 @@ class Scraper(threading.Thread):
             self.scrapes += 1
 
 
+def _gc_record(broker: BrokerProcess) -> dict:
+    """The collector's cost over the run, from the broker's shutdown line ("gc pauses")."""
+    for line in broker.new_log_lines():
+        if line.get("event") == "gc pauses":
+            return {"gc_collections": line["collections"],
+                    "gc_total_pause_ms": line["total_pause_ms"],
+                    "gc_max_pause_ms": max(line["max_pause_ms"])}
+    return {}
+
+
 def run_produce(mode: str, records: int, size: int, rate: int, extra: dict[str, str],
                 batch_size: int = 1 << 20, scrape_interval: float = 0.0,
-                security: str = "plaintext") -> dict:
+                security: str = "plaintext", latencies_out: list[float] | None = None) -> dict:
     """rate 0: as fast as the producer can (throughput); else records/s (latency at a load).
-    security sasl_ssl: the producer connects over SASL_SSL with SCRAM-SHA-256."""
+    security sasl_ssl: the producer connects over SASL_SSL with SCRAM-SHA-256.
+    latencies_out: filled with every record's send latency (ms), for a plot."""
     scraper: Scraper | None = None
     with tempfile.TemporaryDirectory() as tmp:
         secure: dict[str, str] = {}
@@ -152,6 +163,9 @@ def run_produce(mode: str, records: int, size: int, rate: int, extra: dict[str, 
                 scraper.stopped.set()
                 scraper.join(15)
             broker.stop()
+        gc_record = _gc_record(broker)
+    if latencies_out is not None:
+        latencies_out.extend(latencies)
     return {
         "scenario": "produce", "mode": mode, "security": security, "records": records,
         "record_size": size,
@@ -166,6 +180,7 @@ def run_produce(mode: str, records: int, size: int, rate: int, extra: dict[str, 
         if cpu_before is not None and cpu_after is not None else None,
         **{f"p{k}_ms": round(_pct(latencies, v), 2)
            for k, v in (("50", 50), ("95", 95), ("99", 99), ("999", 99.9))},
+        **gc_record,
     }
 
 
