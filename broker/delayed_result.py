@@ -1,19 +1,178 @@
 """The one bridge from a delayed operation to the request waiting on it.
 
-A parked produce or fetch is answered by resolving a future that the request channel awaits.
-Computing the result (re-reading a log, judging each partition) may raise; the exception is
-carried by the future, so the channel closes that connection with a logged error instead of
-leaving every later response on it waiting forever.
+A parked produce or fetch is answered by resolving a Completion that the request channel
+waits on. Computing the result (re-reading a log, judging each partition) may raise; the
+exception is carried by the Completion, so the channel closes that connection with a logged
+error instead of leaving every later response on it waiting forever.
+
+Completion is a future without the loop on its hot path: the broker's own continuations
+(``on_done``, ``then``: the channel's answer, a handler's response builder) run synchronously
+when the operation completes, inside the append, high-watermark move or timer callback that
+completed it, with no Handle and no loop iteration in between. Everything else sees an asyncio
+future: ``await``, ``ensure_future``, ``gather``, ``wait`` and ``add_done_callback(fn,
+context=...)`` callbacks are scheduled with ``loop.call_soon`` as asyncio's own Future does,
+because a Task woken synchronously from inside another Task's step would fail to enter.
+Continuations are therefore written for re-entrancy: they only build and hand over an answer.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Generic, TypeVar
+import contextvars
+from collections.abc import Callable, Generator
+from typing import Any, Generic, TypeVar
 
 from purgatory import DelayedOperation
 
 T = TypeVar("T")
+R = TypeVar("R")
+
+_PENDING, _FINISHED, _CANCELLED = 0, 1, 2
+# A continuation: run at completion, synchronously (a callable), or scheduled on the loop
+# (a (callback, context) pair, asyncio's add_done_callback).
+_Callback = Callable[["Completion[Any]"], object]
+
+
+class Completion(Generic[T]):
+    """A future-like result of a delayed operation whose own continuations run at once."""
+
+    __slots__ = ("_state", "_result", "_exception", "_callbacks", "_loop", "_cancel_message",
+                 "_asyncio_future_blocking", "__weakref__")
+
+    def __init__(self) -> None:
+        self._state = _PENDING
+        self._result: T | None = None
+        self._exception: BaseException | None = None
+        self._callbacks: list[Any] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._cancel_message: str | None = None
+        # asyncio.isfuture's mark, and what a Task awaiting this sets while it blocks on it.
+        self._asyncio_future_blocking = False
+
+    # -- the broker's side: completing, and continuing synchronously ------------------------
+    def set_result(self, result: T) -> None:
+        if self._state != _PENDING:
+            raise asyncio.InvalidStateError("Completion already done")
+        self._result = result
+        self._state = _FINISHED
+        self._run_callbacks()
+
+    def set_exception(self, exception: BaseException) -> None:
+        if self._state != _PENDING:
+            raise asyncio.InvalidStateError("Completion already done")
+        self._exception = exception
+        self._state = _FINISHED
+        self._run_callbacks()
+
+    def on_done(self, fn: _Callback) -> None:
+        """Call ``fn(self)`` when done, synchronously (now, if done already)."""
+        if self._state == _PENDING:
+            self._callbacks.append(fn)
+        else:
+            self._call(fn)
+
+    def then(self, build: Callable[[T], R]) -> Completion[R]:
+        """The Completion of ``build(result)``; failures and cancellation pass through, and
+        an exception raised by ``build`` becomes its exception."""
+        answer: Completion[R] = Completion()
+
+        def done(c: Completion[T]) -> None:
+            if c._state == _CANCELLED:
+                answer.cancel(c._cancel_message)
+            elif c._exception is not None:
+                answer.set_exception(c._exception)
+            else:
+                try:
+                    value = build(c._result)  # type: ignore[arg-type]
+                except Exception as exc:
+                    answer.set_exception(exc)
+                else:
+                    answer.set_result(value)
+
+        self.on_done(done)
+        return answer
+
+    def _run_callbacks(self) -> None:
+        callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            self._call(fn)
+
+    def _call(self, fn: Any) -> None:
+        if type(fn) is tuple:  # asyncio's kind: never run inside the completing code
+            callback, context = fn
+            self.get_loop().call_soon(callback, self, context=context)
+            return
+        try:
+            fn(self)
+        except Exception as exc:  # one failed continuation must not cost the others
+            self.get_loop().call_exception_handler({
+                "message": "exception in a Completion continuation", "exception": exc,
+                "future": self})
+
+    # -- asyncio's Future protocol ----------------------------------------------------------
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return self._loop
+
+    def done(self) -> bool:
+        return self._state != _PENDING
+
+    def cancelled(self) -> bool:
+        return self._state == _CANCELLED
+
+    def cancel(self, msg: Any | None = None) -> bool:
+        if self._state != _PENDING:
+            return False
+        self._state = _CANCELLED
+        self._cancel_message = msg
+        self._run_callbacks()
+        return True
+
+    def result(self) -> T:
+        if self._state == _CANCELLED:
+            raise asyncio.CancelledError(self._cancel_message)
+        if self._state == _PENDING:
+            raise asyncio.InvalidStateError("Result is not set.")
+        if self._exception is not None:
+            raise self._exception
+        return self._result  # type: ignore[return-value]
+
+    def exception(self) -> BaseException | None:
+        if self._state == _CANCELLED:
+            raise asyncio.CancelledError(self._cancel_message)
+        if self._state == _PENDING:
+            raise asyncio.InvalidStateError("Exception is not set.")
+        return self._exception
+
+    def add_done_callback(self, fn: Callable[[Completion[T]], object], *,
+                          context: contextvars.Context | None = None) -> None:
+        """asyncio's semantics: ``fn`` is scheduled on the loop, never called from here."""
+        entry = (fn, context if context is not None else contextvars.copy_context())
+        if self._state == _PENDING:
+            self._callbacks.append(entry)
+        else:
+            self._call(entry)
+
+    def remove_done_callback(self, fn: Callable[[Completion[T]], object]) -> int:
+        kept = [c for c in self._callbacks if not (type(c) is tuple and c[0] == fn)]
+        removed = len(self._callbacks) - len(kept)
+        self._callbacks = kept
+        return removed
+
+    def __await__(self) -> Generator[Any, None, T]:
+        if self._state == _PENDING:
+            self._asyncio_future_blocking = True
+            yield self
+        if self._state == _PENDING:
+            raise RuntimeError("await wasn't used with future")
+        return self.result()
+
+    __iter__ = __await__
+
+    def __repr__(self) -> str:
+        state = ("pending", "finished", "cancelled")[self._state]
+        return f"<Completion {state}>"
 
 
 class DelayedResult(DelayedOperation, Generic[T]):
@@ -21,18 +180,21 @@ class DelayedResult(DelayedOperation, Generic[T]):
 
     def __init__(self, delay_ms: float) -> None:
         super().__init__(delay_ms)
-        self.future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self.future: Completion[T] = Completion()
 
     def result(self) -> T:
         raise NotImplementedError
 
     def on_complete(self) -> None:
-        if self.future.done():
+        future = self.future
+        if future._state != _PENDING:
             return
         try:
-            self.future.set_result(self.result())
+            value = self.result()
         except Exception as exc:
-            self.future.set_exception(exc)
+            future.set_exception(exc)
+        else:
+            future.set_result(value)
 
     def on_expiration(self) -> None:
         pass

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from kafka.protocol.api_message import ApiMessage
 
+from broker.delayed_result import Completion
 from broker.logging import debug_enabled
 from broker.network.connection import MuteReason
 from broker.network.memory import MemoryBudget
@@ -73,7 +74,7 @@ class RequestChannel:
         self._stopping = False
         self._dispatch = dispatch
         self._tasks: list[asyncio.Task[None]] = []
-        self._pending: set[asyncio.Future[Any]] = set()
+        self._pending: set[asyncio.Future[Any] | Completion[Any]] = set()
         self.metrics = metrics
         self.connections_opened = 0
         self.mute_events: dict[MuteReason, int] = {}  # times each reason was set
@@ -207,11 +208,19 @@ class RequestChannel:
             self._respond(request, result)
             return
         request.local_done = time.monotonic()
+        if isinstance(result, Completion):
+            if result.done():  # completed while the handler ran: answer now
+                self._finished(request, result)
+                return
+            # A delayed operation's answer: sent from the callback that completes it.
+            self._pending.add(result)
+            result.on_done(lambda c: self._finished(request, c))
+            return
         fut = asyncio.ensure_future(result)
         self._pending.add(fut)
         fut.add_done_callback(lambda f: self._finished(request, f))
 
-    def _finished(self, request: Request, fut: asyncio.Future[Any]) -> None:
+    def _finished(self, request: Request, fut: asyncio.Future[Any] | Completion[Any]) -> None:
         self._pending.discard(fut)
         if fut.cancelled():
             request.connection.close("request cancelled at shutdown")
