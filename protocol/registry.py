@@ -3,7 +3,8 @@
 ApiVersions answers from this table, the connection refuses what is not in it, and each API
 module is looked up here by key. Codecs are kafka-python's classes generated from Kafka's own
 JSON message specs, so request and response layouts are exactly Kafka's; the few APIs the
-pinned kafka-python lacks are built the same way from spec files in protocol/messages.
+pinned kafka-python lacks are built the same way from spec files in protocol/messages. Produce,
+on every request's path, has a hand-written decoder (protocol/produce_codec.py).
 """
 
 from __future__ import annotations
@@ -94,7 +95,6 @@ from kafka.protocol.producer import (
     EndTxnResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
-    ProduceRequest,
     ProduceResponse,
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
@@ -118,6 +118,7 @@ from protocol.messages import (
     PushTelemetryRequest,
     PushTelemetryResponse,
 )
+from protocol.produce_codec import ProduceRequestCodec
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +155,8 @@ APIS: dict[int, ApiSpec] = {
     for s in (
         # Produce is advertised from v0 as Kafka 4 does: librdkafka before 2.x
         # otherwise refuses to compress at all. v0-v2 requests are still refused.
-        _spec(3, 11, ProduceRequest, ProduceResponse, advertised_min=0),
+        # Its requests are decoded by hand (protocol/produce_codec.py): records without a copy.
+        _spec(3, 11, ProduceRequestCodec, ProduceResponse, advertised_min=0),
         _spec(4, 16, FetchRequest, FetchResponse),
         _spec(1, 8, ListOffsetsRequest, ListOffsetsResponse),
         _spec(0, 12, MetadataRequest, MetadataResponse),
@@ -210,7 +212,7 @@ APIS: dict[int, ApiSpec] = {
 }
 
 # Keys the broker names outside this table (kafka-python's classes carry Kafka's numbers).
-PRODUCE_KEY = ProduceRequest.API_KEY
+PRODUCE_KEY = ProduceRequestCodec.API_KEY
 FETCH_KEY = FetchRequest.API_KEY
 API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
 JOIN_GROUP_KEY = JoinGroupRequest.API_KEY

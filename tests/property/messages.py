@@ -278,9 +278,10 @@ def _null_paths(fields: Any, version: int, path: tuple[str, ...]
             yield here, "field"
 
 
+# Records may come back as a view into the request's frame (Produce's own decoder: no copy).
 _TYPES: dict[str, type | tuple[type, ...]] = {
     **dict.fromkeys(_INT_RANGES, int), "bool": bool, "float64": float, "string": str,
-    "bytes": bytes, "records": bytes, "uuid": uuid.UUID,
+    "bytes": bytes, "records": (bytes, memoryview), "uuid": uuid.UUID,
 }
 
 
