@@ -9,12 +9,22 @@ failure (``_TlsListener``): logged once per connection with the listener and pee
 ``Broker.tls_handshake_failures``, that connection closed and nothing else touched.
 
 Shutdown order follows Kafka's: stop accepting, let in-flight requests finish, flush every log,
-then write the clean-shutdown marker so the next start skips recovery.
+then write the clean-shutdown marker so the next start skips recovery. ``crash`` is the other
+way out, for tests that need recovery to run (broker.testing's kill): connections reset,
+nothing flushed, no checkpoint, no marker.
+
+Time: the group and transaction coordinators' timer and the periodic jobs (retention,
+checkpoints, offset expiry) run on ``clock`` (the loop's by default; broker.testing passes a
+manual one). Produce and fetch waits stay on the loop's clock: they are the client's own
+request parameters, and a parked fetch holds back every later answer on its connection.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
+import os
 import socket
 import ssl
 from collections.abc import Callable
@@ -52,14 +62,24 @@ from broker.security.scram import ScramCredentialStore
 from broker.security.ssl import principal_builder, server_ssl_context
 from broker.topic_admin import TopicAdmin, log_config
 from broker.txn import TransactionCoordinator
-from purgatory import Timer
+from purgatory import Clock, LoopClock, Timer
 
 log = structlog.get_logger("broker")
 
 
+#: Wraps the dispatch of every request: ``(request, dispatch) -> result`` (fault injection).
+DispatchFilter = Callable[[Request, Callable[[Request], HandlerResult]], HandlerResult]
+
+
 class Broker:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, *, clock: Clock | None = None,
+                 wall_ms: Callable[[], int] | None = None) -> None:
+        """``clock`` drives the coordinators' timer and the periodic jobs and ``wall_ms`` is
+        the transaction coordinator's wall clock (both real by default)."""
         self.config = config
+        self.clock = clock
+        self.wall_ms = wall_ms
+        self.dispatch_filter: DispatchFilter | None = None
         self.log_dirs = [Path(d) for d in config["log.dirs"]]
         self.metadata = MetadataStore(self.log_dirs[0])
         self.log_manager = LogManager(self.log_dirs, log_config(config, {}))
@@ -79,6 +99,10 @@ class Broker:
         self.metrics: BrokerMetrics | None = None
         self.metrics_server: MetricsServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._timers: list[Timer] = []
+        self._periodic: dict[str, Any] = {}  # the next run of each periodic job, by key
+        self._periodic_tasks: set[asyncio.Task[Any]] = set()
+        self._stopped = False
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -90,12 +114,15 @@ class Broker:
         dynamic = DynamicBrokerConfig(cfg, self.metadata)
         dynamic.load()
         self.producer_ids.load()
-        timer = Timer()
-        rm = self.replica_manager = ReplicaManager(cfg["log.flush.interval.ms"], timer)
+        loop = asyncio.get_running_loop()
+        request_timer = Timer(loop)
+        clock = self.clock = self.clock or LoopClock(loop)
+        timer = request_timer if isinstance(clock, LoopClock) else Timer(clock)
+        self._timers = list({id(t): t for t in (request_timer, timer)}.values())
+        rm = self.replica_manager = ReplicaManager(cfg["log.flush.interval.ms"], request_timer)
         topics = TopicAdmin(cfg, self.metadata, self.log_manager, rm, dynamic)
         self.log_manager.load()
         topics.open_all()
-        loop = asyncio.get_running_loop()
         cleaner = self.log_manager.start_cleaner(CleanerConfig.of(cfg), loop)
         dynamic.add_reconfigurable(CLEANER_KEYS,
                                    lambda c: cleaner.reconfigure(CleanerConfig.of(c)),
@@ -104,9 +131,10 @@ class Broker:
         coordinator = GroupCoordinator(GroupConfig.of(cfg), timer, store,
                                        rm.partitions.__contains__)
         coordinator.start()
+        wall = {} if self.wall_ms is None else {"wall_ms": self.wall_ms}
         transactions = self.transactions = TransactionCoordinator(
             cfg, timer, rm, topics, self.producer_ids, coordinator.handle_txn_completion,
-            coordinator.partition_for)
+            coordinator.partition_for, **wall)
         transactions.start()
         rm.verify_transaction = transactions.verify_partition
         specs = cfg.listener_specs()
@@ -161,13 +189,9 @@ class Broker:
         self.server = self.servers[specs[0].name]
         self.port = self.ports[specs[0].name]
         node.host, node.port = node.endpoints[specs[0].name]
-        self._tasks += [
-            asyncio.create_task(self._every("log.retention.check.interval.ms",
-                                            rm.apply_retention)),
-            asyncio.create_task(self._checkpoint_loop()),
-            asyncio.create_task(self._every("offsets.retention.check.interval.ms",
-                                            coordinator.expire_offsets)),
-        ]
+        self._every("log.retention.check.interval.ms", rm.apply_retention)
+        self._every("log.flush.offset.checkpoint.interval.ms", self._checkpoint)
+        self._every("offsets.retention.check.interval.ms", coordinator.expire_offsets)
         if cfg["log.flush.interval.ms"] < 2**63 - 1:
             self._tasks.append(asyncio.create_task(rm.run_time_flusher()))
         ms = self.metrics_server
@@ -207,21 +231,52 @@ class Broker:
         log.warning("TLS handshake failed", listener=listener, peer=peer, reason=reason)
 
     def _dispatch(self, request: Request) -> HandlerResult:
+        if self.dispatch_filter is not None:
+            return self.dispatch_filter(request, self._handle)
         return apis.HANDLERS[request.spec.key](self.context, request)
 
-    async def _every(self, key: str, job: Callable[[], object]) -> None:
-        interval = self.config[key] / 1000
-        while True:
-            await asyncio.sleep(interval)
-            job()
+    def _handle(self, request: Request) -> HandlerResult:
+        return apis.HANDLERS[request.spec.key](self.context, request)
 
-    async def _checkpoint_loop(self) -> None:
+    def _every(self, key: str, job: Callable[[], object]) -> None:
+        """Runs ``job`` every ``key`` ms on the broker's clock, the next run timed from the end
+        of the last (an awaitable job, such as a checkpoint, never overlaps itself)."""
+        clock = self.clock
+        assert clock is not None
+        interval = self.config[key]
+
+        def schedule() -> None:
+            self._periodic[key] = clock.call_at(clock.time() + interval, run)
+
+        def run() -> None:
+            self._periodic.pop(key, None)
+            result = job()
+            if not inspect.isawaitable(result):
+                schedule()
+                return
+            task = asyncio.ensure_future(result)
+            self._periodic_tasks.add(task)
+
+            def done(t: asyncio.Future[Any]) -> None:
+                self._periodic_tasks.discard(t)
+                if not t.cancelled() and t.exception() is not None:
+                    log.error("periodic job failed", job=key, exc_info=t.exception())
+                if not self._stopped:
+                    schedule()
+
+            task.add_done_callback(done)
+
+        schedule()
+
+    def _stop_periodic(self) -> None:
+        self._stopped = True
+        for handle in self._periodic.values():
+            handle.cancel()
+        self._periodic.clear()
+
+    async def _checkpoint(self) -> None:
         """Kafka's recovery-point checkpoint: after a crash, recovery starts from here."""
-        interval = self.config["log.flush.offset.checkpoint.interval.ms"] / 1000
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(interval)
-            await loop.run_in_executor(None, self.log_manager.checkpoint)
+        await asyncio.get_running_loop().run_in_executor(None, self.log_manager.checkpoint)
 
     async def stop(self) -> None:
         log.info("broker shutting down")
@@ -237,17 +292,65 @@ class Broker:
             await self.channel.stop()
             for conn in list(self.channel.connections):
                 conn.close("broker shutting down")
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._stop_tasks()
         if self.metrics_server is not None:
             await self.metrics_server.stop()
         if rm is not None:
             await rm.flush_all()
-            rm.timer.close()
+            for timer in self._timers:
+                timer.close()
             rm.shutdown()
         self.log_manager.shutdown()
         log.info("broker stopped cleanly")
+
+    async def _stop_tasks(self) -> None:
+        self._stop_periodic()
+        tasks = [*self._tasks, *self._periodic_tasks]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def crash(self) -> None:
+        """Stop as a killed process stops: every connection reset, nothing answered, flushed or
+        checkpointed, no clean-shutdown marker; the files are closed as they are (what was
+        written is in the kernel, as after a process crash) and the dir locks released, so
+        the next start on these dirs runs recovery."""
+        log.warning("broker crashing on purpose (no flush, no clean-shutdown marker)")
+        for server in self.servers.values():
+            server.close()
+        for timer in self._timers:
+            timer.close()
+        channel = self.channel
+        if channel is not None:
+            for conn in list(channel.connections):
+                conn.close_quietly()
+                if conn.transport is not None:
+                    conn.transport.abort()
+            if self.transactions is not None:
+                self.transactions.shutdown()
+            if self.replica_manager is not None:
+                self.replica_manager.complete_all_parked()
+            await channel.stop()
+        await self._stop_tasks()
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
+        if self.replica_manager is not None:
+            self.replica_manager.shutdown()
+        _abandon_logs(self.log_manager)
+        log.warning("broker crashed on purpose")
+
+
+def _abandon_logs(manager: LogManager) -> None:
+    """Close every log's files without writing (Log._close_files) and release the dir locks,
+    leaving no checkpoint and no clean-shutdown marker behind."""
+    if manager.cleaner is not None:
+        manager.cleaner.shutdown()
+    for log_ in list(manager.logs.values()):
+        log_._close_files()
+    for fd in manager._lock_fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)  # closing the fd drops its flock
+    manager._lock_fds = []
 
 
 class _TlsListener:
