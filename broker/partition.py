@@ -12,6 +12,8 @@ its high watermark stays where the last good write (or fsync) put it.
 
 from __future__ import annotations
 
+from collections import deque
+
 from broker.log.log import AppendInfo, AppendOrigin, Log, OffsetOutOfRangeError
 from protocol.errors import ErrorCode, KafkaError
 
@@ -22,7 +24,7 @@ HIGH_WATERMARK = -1
 class Partition:
     __slots__ = (
         "topic", "index", "log", "high_watermark", "leader_epoch", "hw_gated_by_flush",
-        "appended_bytes", "hw_bytes", "flush_pending", "flush_again",
+        "appended_bytes", "hw_bytes", "flush_pending", "flush_again", "_unwritten",
     )
 
     def __init__(self, topic: str, index: int, log: Log, hw_gated_by_flush: bool) -> None:
@@ -39,6 +41,8 @@ class Partition:
         self.hw_bytes = 0
         self.flush_pending = False
         self.flush_again = False
+        # (end offset, appended bytes) of each append still queued for the log dir's writer.
+        self._unwritten: deque[tuple[int, int]] = deque()
 
     @property
     def key(self) -> tuple[str, int]:
@@ -111,8 +115,21 @@ class Partition:
     def _appended(self, info: AppendInfo) -> tuple[AppendInfo, bool]:
         self.appended_bytes += info.size
         if self.hw_gated_by_flush:
+            if info.size and self.log.writes_on_writer:
+                self._unwritten.append((self.log.log_end_offset, self.appended_bytes))
             return info, False
         return info, self.advance_high_watermark(self.log.log_end_offset, self.appended_bytes)
+
+    def on_durable(self, end_offset: int) -> bool:
+        """The log dir's writer wrote and fsynced everything below ``end_offset``: the high
+        watermark follows while gated by the flush. Whether it moved."""
+        unwritten = self._unwritten
+        at_bytes = -1
+        while unwritten and unwritten[0][0] <= end_offset:
+            at_bytes = unwritten.popleft()[1]
+        if at_bytes < 0 or not self.hw_gated_by_flush:
+            return False
+        return self.advance_high_watermark(end_offset, at_bytes)
 
     def advance_high_watermark(self, offset: int, at_bytes: int) -> bool:
         if offset <= self.high_watermark:

@@ -16,6 +16,7 @@ as before. Offline partitions stay in ``partitions`` (Kafka's HostedPartition.Of
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -399,8 +400,17 @@ class ReplicaManager:
     def _after_append(self, partition: Partition, info: AppendInfo, hw_moved: bool) -> None:
         if hw_moved:
             self.on_high_watermark(partition)
-        if partition.log.unflushed_messages >= partition.log.config.flush_interval_messages:
+        plog = partition.log
+        if plog.writes_on_writer:
+            return  # its dir's writer fsyncs it; _on_durable moves the high watermark
+        if plog.unflushed_messages >= plog.config.flush_interval_messages:
             self.request_flush(partition)
+
+    def _on_durable(self, partition: Partition, end_offset: int, seconds: float) -> None:
+        """The log dir's writer made ``partition`` durable below ``end_offset``, on the loop."""
+        self.flush_time.observe(seconds)
+        if self.partitions.get(partition.key) is partition and partition.on_durable(end_offset):
+            self.on_high_watermark(partition)
 
     # -- flush: a group commit, off the event loop --------------------------------------------
     def request_flush(self, partition: Partition) -> None:
@@ -468,6 +478,7 @@ class ReplicaManager:
     # -- partitions -----------------------------------------------------------------------------
     def add_partition(self, partition: Partition) -> None:
         self.partitions[partition.key] = partition
+        partition.log.on_durable = functools.partial(self._on_durable, partition)
         self.opened_at[partition.key] = partition.log_end_offset
         channel = partition.log.failure_channel
         if not any(c is channel for c in self._failure_channels):

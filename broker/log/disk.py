@@ -14,12 +14,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["open_file", "pread", "pwrite", "write", "fsync", "ftruncate", "atomic_write",
-           "fsync_dir"]
+__all__ = ["open_file", "pread", "pwrite", "pwritev", "write", "fsync", "ftruncate",
+           "atomic_write", "fsync_dir"]
 
 open_file = os.open
 pread = os.pread
 pwrite = os.pwrite
+pwritev = os.pwritev
 write = os.write
 fsync = os.fsync
 ftruncate = os.ftruncate

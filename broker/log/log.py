@@ -10,6 +10,11 @@ Invariants:
 * ``flush`` may run in a worker thread while the loop appends: it snapshots the end offset
   and the segment list under ``_lock`` (and dups the fds it will fsync), so a segment closed
   or deleted meanwhile is still safe to fsync. Everything else runs on the event loop.
+* With flush.messages=1 and a writer (broker/log/writer.py) the append's bytes are written
+  and fsynced by the log dir's writer thread, in append order; the end offset moves at once,
+  the recovery point (and, through ``on_durable``, the high watermark) when both are done.
+  Nothing closes, deletes or swaps a segment's files, and no flush counts an offset, before
+  the writes queued for it are done (``_drain_writes``).
 * A disk error (any OSError) while writing, fsyncing or reading takes the log's dir offline
   through its LogDirFailureChannel and raises KafkaStorageError; an append that fails leaves
   the log as it was (no offset assigned, nothing readable, nothing to acknowledge), and from
@@ -65,6 +70,7 @@ from broker.log.validator import (
     compression_level_problem,
     is_compacted,
 )
+from broker.log.writer import LogDirWriter, Write
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import (
     ATTRIBUTES_OFFSET,
@@ -310,6 +316,12 @@ class Log:
         #: the partition's high watermark, None while no partition tracks it (then the log
         #: end offset stands for it): the cleaner never cleans past it.
         self.high_watermark: int | None = None
+        #: the log dir's writer thread (the LogManager sets it): with flush.messages=1 the
+        #: appended bytes are written and fsynced there, off the event loop.
+        self.writer: LogDirWriter | None = None
+        #: told on the event loop ``(end offset, fsync seconds)`` when the writer made the log
+        #: durable up to an offset (the partition moves its high watermark then).
+        self.on_durable: Callable[[int, float], None] | None = None
         self._load(clean_shutdown, recovery_point, log_start_offset, now_ms)
 
     @classmethod
@@ -505,9 +517,10 @@ class Log:
         return self._next_offset - self.recovery_point
 
     def flush_due(self, now_ms: int) -> bool:
-        """Whether ``log.flush.interval.messages`` or ``log.flush.interval.ms`` says flush."""
+        """Whether ``log.flush.interval.messages`` or ``log.flush.interval.ms`` says flush
+        (never for a log whose writer thread fsyncs every batch itself)."""
         unflushed = self.unflushed_messages
-        if unflushed <= 0 or self.offline:
+        if unflushed <= 0 or self.offline or self.writes_on_writer:
             return False
         if unflushed >= self.config.flush_interval_messages:
             return True
@@ -536,6 +549,33 @@ class Log:
         message = f"error while {action} {self.topic}-{self.partition} in dir {self.log_dir}"
         self.failure_channel.maybe_add_offline_log_dir(self.log_dir, message, error)
         return KafkaStorageError(f"{message}: {error}")
+
+    dir_failed = _dir_failed  # the writer thread reports its failed writes through it
+
+    # -- the log dir's writer -------------------------------------------------------------------
+    @property
+    def writes_on_writer(self) -> bool:
+        """Whether appends are written and fsynced by the dir's writer thread: flush.messages=1
+        and a writer (a log opened outside a LogManager on a running loop has none)."""
+        return self.writer is not None and self.config.flush_interval_messages == 1
+
+    def _drain_writes(self) -> None:
+        """Wait for the writer to finish what is queued: before a segment's files are closed,
+        deleted or swapped, and before a flush that must cover every append."""
+        writer = self.writer
+        if writer is not None and writer.pending:
+            writer.drain()
+
+    def sync_written(self, end_offset: int) -> None:
+        """On the writer thread, after it wrote everything below ``end_offset``: fsync it
+        (and advance the recovery point), as ``flush`` does."""
+        self._flush_to(end_offset)
+
+    def on_written(self, end_offset: int, seconds: float) -> None:
+        """On the event loop: the writer made everything below ``end_offset`` durable."""
+        listener = self.on_durable
+        if listener is not None and not self._closed:
+            listener(end_offset, seconds)
 
     # -- append ---------------------------------------------------------------------------------
     def append(
@@ -629,6 +669,7 @@ class Log:
             max_timestamp = info.max_timestamp
             offset_of_max_timestamp = first_offset + info.offset_delta_of_max_timestamp
         completed = None
+        deferred: list[Write] | None = [] if self.writes_on_writer else None
         try:
             segment = self._maybe_roll(info.size_in_bytes, max_timestamp, last_offset, now_ms)
             if marker is not None:
@@ -644,13 +685,18 @@ class Log:
                         )
                     )
             try:
-                segment.append(last_offset, max_timestamp, offset_of_max_timestamp, records)
+                segment.append(last_offset, max_timestamp, offset_of_max_timestamp, records,
+                               deferred)
             except OSError:
                 if completed is not None and completed.is_aborted:
                     _quietly(segment.txn_index.truncate_to, first_offset)
                 raise
         except OSError as e:
             raise self._dir_failed("appending to", e) from e
+        if deferred:
+            # Queued before the end offset moves: a flush on another thread that reads the
+            # end offset then drains the writer covers this write.
+            self.writer.submit(self, deferred, last_offset + 1)  # type: ignore[union-attr]
         self._next_offset = last_offset + 1
         for pos, pid, epoch, first_seq, last_seq, transactional in producer_batches:
             delta, batch_max_ts = _PRODUCER_FIELDS.unpack_from(records, pos + ATTRIBUTES_OFFSET)[
@@ -752,6 +798,7 @@ class Log:
         through the fds, which stay valid if the loop deletes or closes the segment meanwhile.
         The caller closes the fds."""
         out: list[tuple[LogSegment, int, int]] = []
+        self._drain_writes()  # a segment's size counts bytes still queued for the writer
         with self._lock:
             if self._closed:
                 return out
@@ -792,6 +839,7 @@ class Log:
             raise ValueError(
                 f"cleaned segment base {cleaned.base_offset} != first replaced base "
                 f"{old[0].base_offset}")
+        self._drain_writes()
         try:
             cleaned.change_file_suffix(SWAP_FILE_SUFFIX)
             disk.fsync_dir(self.dir)
@@ -1043,6 +1091,7 @@ class Log:
             deletable.append(seg)
         if not deletable:
             return 0
+        self._drain_writes()
         if len(deletable) == len(self.segments):
             self.roll(now_ms)
         new_start = self.segments[len(deletable)].base_offset
@@ -1103,10 +1152,15 @@ class Log:
         may have dropped the dirty pages, so a second could succeed without them. The
         recovery point then stays where the last good flush put it.
         """
+        target = self._next_offset
+        self._drain_writes()
+        self._flush_to(target)
+
+    def _flush_to(self, target: int) -> None:
+        """fsync what is appended, and written, below ``target``."""
         with self._flush_lock:
             if self.log_dir in self._offline_dirs:
                 raise self._offline_error()
-            target = self._next_offset
             if target <= self.recovery_point and not self._unsynced_snapshots:
                 return
             fds: list[int] = []
@@ -1143,6 +1197,7 @@ class Log:
         if self._closed:
             return
         if self.offline:
+            self._drain_writes()
             self._close_files()
             return
         try:
@@ -1170,6 +1225,7 @@ class Log:
 
     def delete(self) -> None:
         """Close without flushing and remove the whole partition directory."""
+        self._drain_writes()
         with self._lock:
             for seg in self.segments:
                 seg.close_quietly()
@@ -1187,7 +1243,11 @@ class Log:
         return list(self.producer_state.snapshots)
 
     def update_config(self, config: LogConfig) -> None:
-        """Apply new settings (IncrementalAlterConfigs); they take effect on the next append."""
+        """Apply new settings (IncrementalAlterConfigs); they take effect on the next append.
+
+        Leaving flush.messages=1 drains the writer first: a later append written here must
+        never land in the file (and be acknowledged) before earlier ones still queued."""
+        self._drain_writes()
         self.config = config
         self._validator = LogValidator(config, f"{self.topic}-{self.partition}")
         for seg in self.segments:

@@ -14,7 +14,8 @@ Per log dir, as Kafka lays it out:
 
 Flushing and retention are scheduled by the broker (the ReplicaManager's group-commit flusher
 moves high watermarks when an fsync completes); ``checkpoint`` is a blocking call it runs in an
-executor.
+executor. Logs with flush.messages=1 are written and fsynced by their dir's writer thread
+(broker/log/writer.py, one per dir, owned here and stopped by ``shutdown``).
 
 A disk error in a dir takes that dir offline (``failure_channel``, Kafka's
 LogDirFailureChannel): its logs are no longer written, checkpointed or flushed, new logs go to
@@ -25,6 +26,7 @@ keep working. ``offline_dirs`` counts them (Kafka's OfflineLogDirectoryCount).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import os
@@ -37,10 +39,9 @@ import structlog
 from broker.log import disk
 from broker.log.dir_failure import KafkaStorageError, LogDirFailureChannel
 from broker.log.log import Log, LogConfig, parse_topic_partition_dir
+from broker.log.writer import LogDirWriter
 
 if TYPE_CHECKING:
-    import asyncio
-
     from broker.log.cleaner import CleanerConfig, LogCleaner
 
 __all__ = [
@@ -121,6 +122,8 @@ class LogManager:
         self._lock_fds: list[int] = []
         #: the log cleaner, once ``start_cleaner`` ran (compaction of ``compact`` logs)
         self.cleaner: LogCleaner | None = None
+        #: one writer thread per log dir (flush.messages=1 logs write and fsync there)
+        self.writers: dict[Path, LogDirWriter] = {}
 
     # -- log dir health ----------------------------------------------------------------------
     @property
@@ -190,8 +193,7 @@ class LogManager:
                     log_start_offset=start_offsets.get(tp, 0),
                     failure_channel=self.failure_channel,
                 )
-                self.logs[tp] = log
-                self._dir_of[tp] = log_dir
+                self._add(tp, log, log_dir)
             logger.info(
                 "loaded logs",
                 log_dir=str(log_dir),
@@ -212,6 +214,23 @@ class LogManager:
         self._lock_fds.append(fd)
 
     # -- logs ------------------------------------------------------------------------------------
+    def _add(self, tp: TopicPartition, log: Log, log_dir: Path) -> None:
+        self.logs[tp] = log
+        self._dir_of[tp] = log_dir
+        log.writer = self._writer_of(log_dir)
+
+    def _writer_of(self, log_dir: Path) -> LogDirWriter | None:
+        """The dir's writer thread; None outside a running event loop (it reports there), where
+        logs write and fsync on the caller's thread as before."""
+        writer = self.writers.get(log_dir)
+        if writer is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return None
+            writer = self.writers[log_dir] = LogDirWriter(str(log_dir), loop)
+        return writer
+
     def get_log(self, tp: TopicPartition) -> Log | None:
         return self.logs.get(tp)
 
@@ -233,8 +252,7 @@ class LogManager:
             except OSError as e:
                 self._dir_failed(log_dir, f"creating the log of {topic}-{partition}", e)
                 continue
-            self.logs[tp] = log
-            self._dir_of[tp] = log_dir
+            self._add(tp, log, log_dir)
             return log
         raise KafkaStorageError(
             f"no live log dir to create {topic}-{partition} in: tried "
@@ -323,6 +341,8 @@ class LogManager:
                 log.close()
             except KafkaStorageError:
                 pass  # its dir is offline now, reported once by the channel
+        for writer in self.writers.values():
+            writer.close()
         self.checkpoint()
         for log_dir in self.live_log_dirs:
             try:

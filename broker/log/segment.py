@@ -7,7 +7,11 @@ transaction's marker is written in the segment. The ``.log`` file holds batches
 exactly as validated and offset-stamped on append, so its bytes are what Kafka writes.
 
 All I/O is positional (``os.pread`` / ``os.pwrite`` on one fd): readers on the event loop and
-an fsync in a flusher thread never share a file position. Only batch headers are ever parsed
+an fsync in a flusher thread never share a file position. An append may leave its write to
+the caller (``deferred``): the log dir's writer thread then writes the bytes, so ``size``
+can run ahead of the file, and a read past what is written gets short bytes, which every
+reader cuts to whole batches (clients never read past the high watermark, which waits for
+the write). Only batch headers are ever parsed
 on the append and read paths; records are decoded only for ListOffsets by timestamp.
 
 Not thread-safe except ``dup_fds`` / ``flush``; the owning Log serialises everything else on
@@ -27,6 +31,7 @@ from broker import wallclock
 from broker.log import disk
 from broker.log.index import OffsetIndex, TimeIndex
 from broker.log.txn_index import TXN_INDEX_FILE_SUFFIX, TransactionIndex
+from broker.log.writer import Write
 from protocol.record_batch import (
     HEADER_SIZE_UP_TO_MAGIC,
     LENGTH_OFFSET,
@@ -215,6 +220,7 @@ class LogSegment:
         largest_timestamp: int,
         offset_of_max_timestamp: int,
         records: bytes | bytearray | memoryview,
+        deferred: list[Write] | None = None,
     ) -> None:
         """Write validated, offset-stamped batches at the end; add index entries if due.
 
@@ -222,6 +228,11 @@ class LogSegment:
         the batches or of an index entry fails (ENOSPC, EIO), the files are cut back to where
         they were, the in-memory state is untouched and the OSError is raised, so a failed
         append never leaves part of a batch behind to be read or recovered.
+
+        With ``deferred`` the batches' write is not made here but added to it as
+        ``(fd, records, position)``, for the caller to have written (by the log dir's writer
+        thread, or coalesced with the other appends of this loop iteration) before anyone
+        reads or acknowledges them; the size and indexes move at once, as if written.
         """
         n = len(records)
         if n == 0:
@@ -231,14 +242,15 @@ class LogSegment:
                 f"offset {largest_offset} overflows segment with base offset {self.base_offset}"
             )
         physical_position = self._size
-        view = memoryview(records)
-        written = 0
-        try:
-            while written < n:
-                written += disk.pwrite(self._fd, view[written:], physical_position + written)
-        except OSError:
-            self._cut_back(physical_position)
-            raise
+        if deferred is None:
+            view = memoryview(records)
+            written = 0
+            try:
+                while written < n:
+                    written += disk.pwrite(self._fd, view[written:], physical_position + written)
+            except OSError:
+                self._cut_back(physical_position)
+                raise
         if largest_timestamp > self.max_timestamp_so_far:
             max_ts, max_ts_offset = largest_timestamp, offset_of_max_timestamp
         else:
@@ -250,9 +262,13 @@ class LogSegment:
                 self.offset_index.append(largest_offset, physical_position)
                 self.time_index.maybe_append(max_ts, max_ts_offset)
             except OSError:
-                self._cut_back(physical_position, entries)
+                # Deferred, the batch is not in the file yet (and writes queued before it
+                # may not be either): only the indexes go back.
+                self._cut_back(physical_position if deferred is None else -1, entries)
                 raise
             since_index = 0
+        if deferred is not None:
+            deferred.append((self._fd, records, physical_position))
         if physical_position == 0:
             self.rolling_based_timestamp = largest_timestamp
         self._size = physical_position + n
@@ -266,7 +282,8 @@ class LogSegment:
         anyway and recovery after the restart cuts the torn tail (or keeps a whole batch that
         was never acknowledged, as Kafka would)."""
         try:
-            disk.ftruncate(self._fd, position)
+            if position >= 0:
+                disk.ftruncate(self._fd, position)
             if index_entries is not None:
                 self.offset_index.truncate_to_entries(index_entries[0])
                 self.time_index.truncate_to_entries(index_entries[1])
@@ -353,6 +370,8 @@ class LogSegment:
             if header.max_timestamp >= timestamp and header.last_offset >= starting_offset:
                 size = header.size_in_bytes
                 batch = self._pread(size, pos)
+                if len(batch) < size:
+                    return None  # still being written: past the high watermark anyway
                 found = _first_record_at_or_after(batch, timestamp, starting_offset)
                 if found is not None:
                     return found
