@@ -45,6 +45,7 @@ from prometheus_client.registry import Collector
 
 from protocol.errors import ErrorCode
 from protocol.registry import APIS, FETCH_KEY, PRODUCE_KEY
+from protocol.templates import SinglePartitionProduceResponse
 
 if TYPE_CHECKING:
     from broker.group.coordinator import GroupCoordinator
@@ -229,6 +230,11 @@ def _generic_counter(tree: ErrorTree) -> Callable[[Any, dict[int, int]], None]:
 
 def _count_produce_errors(response: Any, errors: dict[int, int]) -> None:
     """Produce, by hand (the hottest API): the error code of every partition."""
+    if type(response) is SinglePartitionProduceResponse:
+        code = response.error_code
+        if code:
+            errors[code] = errors.get(code, 0) + 1
+        return
     for t in response.responses:
         for p in t.partition_responses:
             code = p.error_code

@@ -22,6 +22,7 @@ from broker.apis.deferred import answer_later
 from broker.replica_manager import ProduceResult, ProduceResults
 from protocol.errors import ErrorCode
 from protocol.record_batch import RECORD_BATCH_OVERHEAD, BatchHeader
+from protocol.templates import SinglePartitionProduceResponse
 
 if TYPE_CHECKING:
     from broker.context import ApiContext
@@ -80,7 +81,13 @@ def _transactional(records: bytes | None) -> bool:
     return BatchHeader(records).is_transactional
 
 
-def _response(results: ProduceResults) -> ProduceResponse:
+def _response(results: ProduceResults) -> ProduceResponse | SinglePartitionProduceResponse:
+    if len(results) == 1:  # the common case, packed from a fixed layout
+        (((topic, index), r),) = results.items()
+        if not r.record_errors and r.message is None:
+            return SinglePartitionProduceResponse(
+                topic, index, r.error, r.base_offset if r.error == ErrorCode.NONE else -1,
+                r.log_append_time, r.log_start_offset)
     by_topic: dict[str, list[PartitionResponse]] = {}
     for (topic, index), r in results.items():
         by_topic.setdefault(topic, []).append(

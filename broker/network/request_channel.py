@@ -37,6 +37,7 @@ from broker.network.request import Request
 from protocol.errors import InvalidRequest
 from protocol.framing import encode_response
 from protocol.registry import API_VERSIONS_KEY, FETCH_KEY, JOIN_GROUP_KEY, SYNC_GROUP_KEY
+from protocol.templates import TEMPLATES
 
 if TYPE_CHECKING:
     from broker.metrics import BrokerMetrics
@@ -55,6 +56,8 @@ TURN_BUDGET_S = 0.002
 MAX_WAITING_PER_CONNECTION = 4
 UNLIMITED = 2**31 - 1  # Kafka's Int.MaxValue defaults of the connection limits
 
+# What a handler answers at once: a message, or a response encoded from a template.
+_ANSWERS = (ApiMessage, *TEMPLATES)
 HandlerResult = ApiMessage | Awaitable[ApiMessage | None] | None
 Handler = Callable[["Request"], HandlerResult]
 
@@ -204,7 +207,7 @@ class RequestChannel:
         except Exception as exc:
             self._fail(request, exc)
             return
-        if result is None or isinstance(result, ApiMessage):
+        if result is None or isinstance(result, _ANSWERS):
             self._respond(request, result)
             return
         request.local_done = time.monotonic()
