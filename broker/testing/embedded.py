@@ -292,6 +292,7 @@ class EmbeddedBroker:
         if broker is None:
             return
         self.broker = None
+        self.faults.release_delays()
         await how(broker)
 
     def _remove_dir(self) -> None:
@@ -316,7 +317,15 @@ class EmbeddedBroker:
         return self.faults.drop_connections(after)
 
     def clear_faults(self) -> None:
+        """Disarm every fault; answers still held back by a delay leave now."""
         self.faults.clear()
+        loop = self._loop
+        if loop is None or not self.running:
+            return
+        if self._async:
+            self.faults.release_delays()
+        else:
+            loop.call_soon_threadsafe(self.faults.release_delays, context=self._context)
 
     @property
     def fault_counts(self) -> dict[tuple[str, str], int]:

@@ -111,6 +111,7 @@ class Faults:
         self._lock = threading.Lock()
         self._faults: list[Fault] = []
         self.counts: dict[tuple[str, str], int] = {}  # (kind, API) -> fired
+        self._held: set[asyncio.Future[None]] = set()  # answers held back by delay faults
 
     # -- arming (any thread) ----------------------------------------------------------------
     def inject_errors(self, api: str | int, error: str | int, count: int | None = 1,
@@ -173,7 +174,7 @@ class Faults:
         if fault.kind == "error":
             return self._error(fault, request, dispatch)
         if fault.kind == "delay":
-            return _delayed(dispatch(request), fault.ms / 1000)
+            return self._delayed(dispatch(request), fault.ms / 1000)
         return self._drop(request)
 
     def _fired(self, fault: Fault, request: Request) -> None:
@@ -194,15 +195,36 @@ class Faults:
         if fault.topic is None or body is None or not request.expects_response:
             return None if not request.expects_response else error_response(
                 request.spec, request.version, body, fault.error)
-        rest = _without(body, lambda t, p: _entry_matches(fault, t, p))
         failed = error_response(request.spec, request.version, body, fault.error,
                                 keep=lambda t, p: _entry_matches(fault, t, p), top_level=False)
+        rest = _without(body, lambda t, p: _entry_matches(fault, t, p))
         if rest is None:
             return failed
         served = dispatch(request)  # the request now names only the entries left to serve
         if served is None or not hasattr(served, "__await__"):
             return _merged(served, failed) if served is not None else failed
         return _then(served, lambda r: _merged(r, failed))
+
+    async def _delayed(self, result: HandlerResult, seconds: float) -> Any:
+        """``result`` once ``seconds`` passed, or at once when the delays are released."""
+        loop = asyncio.get_running_loop()
+        held: asyncio.Future[None] = loop.create_future()
+        timer = loop.call_later(seconds, lambda: held.done() or held.set_result(None))
+        self._held.add(held)
+        try:
+            await held
+        finally:
+            timer.cancel()
+            self._held.discard(held)
+        if result is not None and hasattr(result, "__await__"):
+            return await result
+        return result
+
+    def release_delays(self) -> None:
+        """Send every held answer now (on the broker's loop: clear_faults, stop, kill)."""
+        for held in list(self._held):
+            if not held.done():
+                held.set_result(None)
 
     def _drop(self, request: Request) -> HandlerResult:
         channel = request.connection.channel
@@ -225,11 +247,6 @@ class Faults:
 
 # -- answers -------------------------------------------------------------------------------------
 
-async def _delayed(result: HandlerResult, seconds: float) -> Any:
-    await asyncio.sleep(seconds)
-    if result is not None and hasattr(result, "__await__"):
-        return await result
-    return result
 
 
 async def _then(result: Any, convert: Callable[[Any], Any]) -> Any:
@@ -243,15 +260,16 @@ def error_response(spec: ApiSpec, version: int, body: Any, code: int, *,
     set, every entry of the request mirrored (only those ``keep(topic, partition)`` accepts,
     and no top-level error when ``top_level`` is false)."""
     response_cls = spec.response
-    fields = _fill(response_cls._struct, version, body, code, keep, top_level, {})
+    fields = _fill(response_cls, version, body, code, keep, top_level, {})
     return response_cls(version=version, **fields)
 
 
-def _fill(struct: Any, version: int, source: Any, code: int,
+def _fill(cls: Any, version: int, source: Any, code: int,
           keep: Callable[[str | None, int | None], bool] | None, errors: bool,
           ids: dict[str, Any]) -> dict[str, Any]:
+    """The fields of one ``cls`` (the response, or one of its entry classes)."""
     out: dict[str, Any] = {}
-    for f in struct._fields:
+    for f in cls._struct._fields:
         if not f.for_version_q(version):
             continue
         name = f.name
@@ -261,16 +279,17 @@ def _fill(struct: Any, version: int, source: Any, code: int,
         elif name == "throttle_time_ms":
             out[name] = 0
         elif f.is_struct_array():
-            out[name] = _entries(f, version, source, code, keep, ids)
+            out[name] = _entries(getattr(cls, f.type_str), version, source, code, keep, ids)
         elif canonical in _IDENTIFIERS and not f.is_array() and canonical in ids:
             out[name] = ids[canonical]
     return out
 
 
-def _entries(field: Any, version: int, source: Any, code: int,
+def _entries(cls: Any, version: int, source: Any, code: int,
              keep: Callable[[str | None, int | None], bool] | None,
              ids: dict[str, Any]) -> list[Any]:
-    """One response entry per entry of the request array that best matches ``field``."""
+    """One ``cls`` entry per entry of the request array that best matches it."""
+    field = cls._struct
     match = _matching_array(field, version, source)
     if match is None:
         return []
@@ -285,22 +304,25 @@ def _entries(field: Any, version: int, source: Any, code: int,
             if ident is None:
                 continue
             entry_ids[ident] = value
-        fields = _fill(field, version, value if match.is_struct_array() else None, code, keep,
+        fields = _fill(cls, version, value if match.is_struct_array() else None, code, keep,
                        True, entry_ids)
         if keep is not None and not _kept(field, version, fields, entry_ids, keep):
             continue
-        out.append(field.data_class(**fields))
+        out.append(cls(**fields))
     return out
 
 
 def _kept(field: Any, version: int, fields: dict[str, Any], ids: dict[str, Any],
           keep: Callable[[str | None, int | None], bool]) -> bool:
-    """A leaf entry (a partition, or a topic without partitions) is kept when ``keep`` says
-    so; an entry with nested entries when any of them was kept."""
-    nested = [f.name for f in field._fields if f.for_version_q(version) and f.is_struct_array()]
-    if nested:
-        return any(fields.get(n) for n in nested)
-    return keep(ids.get("topic"), ids.get("partition"))
+    """A partition entry is kept when ``keep`` says so; a topic entry when any of its
+    partitions was, or (without partitions) when ``keep(topic, None)`` says so."""
+    if "partition" in ids:
+        return keep(ids.get("topic"), ids["partition"])
+    nested = [fields[f.name] for f in field._fields
+              if f.for_version_q(version) and f.is_struct_array() and f.name in fields]
+    if any(nested):
+        return True
+    return keep(ids.get("topic"), None)
 
 
 def _matching_array(field: Any, version: int, source: Any) -> Any:
