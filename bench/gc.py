@@ -1,6 +1,7 @@
 """The broker's GC policies side by side (minibroker.gc.policy), A/B alternating in one run.
 
-    python -m bench.gc --json [--policies default,freeze,tuned] [--workload requests idle produce]
+    python -m bench.gc --json [--policies default,freeze,tuned,tuned:10000]
+                       [--workload requests idle produce]
                        [--repeat 3] [--seconds 10] [--gen0 50000]
 
 Each repetition runs every policy once per workload, rotating which goes first, each on a
@@ -43,10 +44,15 @@ FIGURES: dict[str, tuple[str, ...]] = {
 }
 
 
+def _keys(policy: str, gen0: int) -> dict[str, str]:
+    """`tuned:20000` is the tuned policy with that gen0 threshold (default: --gen0)."""
+    name, _, threshold = policy.partition(":")
+    return {"minibroker.gc.policy": name, "minibroker.gc.gen0.threshold": threshold or str(gen0)}
+
+
 def _peers_run(workload: str, policy: str, gen0: int, sc: peers.Scale) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-gc-") as tmp:
-        broker = BrokerProcess(Path(tmp), {"minibroker.gc.policy": policy,
-                                           "minibroker.gc.gen0.threshold": str(gen0)}).start()
+        broker = BrokerProcess(Path(tmp), _keys(policy, gen0)).start()
         assert broker.proc is not None
         try:
             b = peers.Running("mini-broker", broker.bootstrap, broker.proc.pid,
@@ -61,8 +67,7 @@ def _peers_run(workload: str, policy: str, gen0: int, sc: peers.Scale) -> dict[s
 
 
 def _produce_run(policy: str, gen0: int, records: int) -> dict[str, Any]:
-    row = run_produce("pipelined", records, 65536, 0, {
-        "minibroker.gc.policy": policy, "minibroker.gc.gen0.threshold": str(gen0)})
+    row = run_produce("pipelined", records, 65536, 0, _keys(policy, gen0))
     if row.get("broker_cpu_s") is not None:
         row["broker_cpu_us_per_record"] = round(row["broker_cpu_s"] / records * 1e6, 1)
     return row
@@ -102,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true", help="one JSON object per line")
-    ap.add_argument("--policies", default="default,freeze,tuned")
+    ap.add_argument("--policies", default="default,freeze,tuned",
+                    help="comma-separated; tuned:N sets gen0's threshold to N for that entry")
     ap.add_argument("--workload", nargs="+", choices=list(FIGURES), default=["requests", "idle"])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--gen0", type=int, default=50_000,

@@ -4,6 +4,7 @@
     python -m bench.pipeline --json --scenario longpoll [--seconds 10]
     python -m bench.pipeline --json --metrics on,off --repeat 5 [--scrape-interval 1]
     python -m bench.pipeline --json --security plaintext,sasl_ssl --repeat 3 [--modes pipelined]
+    python -m bench.pipeline --json --saturation 0.93 --repeat 3 [--plot docs/img/pipeline.png]
 
 `produce`: the broker starts twice (serial, then pipelined) with log.flush.interval.messages=1,
 so every batch is fsynced before its ack (the wait that pipelining overlaps); one
@@ -24,6 +25,12 @@ cost: no append, no fsync, no client).
 SCRAM-SHA-256, certificates from tests/support/certs.py, no authorizer), back to back per mode,
 --repeat times alternating which goes first; each run prints its row, then one `tls_cost` row
 per mode with the medians and the median of the per-repetition ratios SASL_SSL / PLAINTEXT.
+`--saturation 0.93`: latency at the serial model's saturation. Serial runs unthrottled first
+(--saturation-runs times); the median records/s is the saturated throughput. Then serial and
+pipelined each get load offered at 0.93x that rate, --repeat times alternating which goes first,
+and a `saturation` row gives each mode's median p50/p95/p99/p99.9, the percentiles of all runs
+pooled, and the median of the paired ratios pipelined / serial. `--plot PATH` (produce scenario,
+with or without --saturation) writes a PNG of each mode's latency by percentile (matplotlib).
 """
 
 from __future__ import annotations
@@ -329,6 +336,100 @@ def run_tls_cost(args: argparse.Namespace, extra: dict[str, str]) -> None:
         print(json.dumps(summary) if args.json else summary, flush=True)
 
 
+def run_saturation(args: argparse.Namespace, extra: dict[str, str]) -> dict[str, list[float]]:
+    """Load offered just below the serial model's saturation.
+
+    First serial runs unthrottled: the median records/s is the saturated throughput. Then serial and
+    pipelined each take --records at --saturation times that rate, --repeat times, alternating
+    which goes first. Below saturation on average, the serial model still queues behind every
+    fsync it waits for (its latency grows with the queue); the pipelined one overlaps them.
+    Returns every record's latency per mode, all runs pooled (for the plot)."""
+    modes = args.modes.split(",")
+    saturated_runs = []
+    for run in range(args.saturation_runs):
+        row = run_produce("serial", args.records, args.record_size, 0, extra, args.batch_size)
+        row.update(phase="serial_saturated", rep=run)
+        saturated_runs.append(row)
+        print(json.dumps(row) if args.json else row, flush=True)
+    saturated = {k: statistics.median(r[k] for r in saturated_runs)
+                 for k in ("records_per_s", "mb_per_s")}
+    rate = max(1, round(saturated["records_per_s"] * args.saturation))
+    rows: dict[str, list[dict]] = {m: [] for m in modes}
+    curves: dict[str, list[float]] = {m: [] for m in modes}
+    for rep in range(args.repeat):
+        for mode in modes if rep % 2 == 0 else modes[::-1]:
+            lat: list[float] = []
+            row = run_produce(mode, args.records, args.record_size, rate, extra,
+                              args.batch_size, latencies_out=lat)
+            row.update(phase="offered", offered_fraction=args.saturation, rep=rep)
+            rows[mode].append(row)
+            curves[mode].extend(lat)
+            print(json.dumps(row) if args.json else row, flush=True)
+    summary: dict = {
+        "scenario": "saturation", "records": args.records, "record_size": args.record_size,
+        "repeat": args.repeat, "serial_saturated_records_per_s": saturated["records_per_s"],
+        "serial_saturated_mb_per_s": saturated["mb_per_s"],
+        "serial_saturated_range_records_per_s": [min(r["records_per_s"] for r in saturated_runs),
+                                                 max(r["records_per_s"] for r in saturated_runs)],
+        "offered_fraction": args.saturation,
+        "offered_records_per_s": rate,
+    }
+    for m in modes:
+        for k in ("mb_per_s", "p50_ms", "p95_ms", "p99_ms", "p999_ms"):
+            summary[f"median_{k}_{m}"] = statistics.median(r[k] for r in rows[m])
+        summary[f"range_p99_ms_{m}"] = [min(r["p99_ms"] for r in rows[m]),
+                                        max(r["p99_ms"] for r in rows[m])]
+        if curves[m]:
+            for k, v in (("50", 50), ("95", 95), ("99", 99), ("999", 99.9)):
+                summary[f"pooled_p{k}_ms_{m}"] = round(_pct(curves[m], v), 2)
+    if "serial" in rows and "pipelined" in rows:
+        for k in ("p50_ms", "p99_ms", "p999_ms"):
+            pairs = [p[k] / s[k] for s, p in zip(rows["serial"], rows["pipelined"], strict=True)
+                     if s[k]]
+            summary[f"median_paired_{k}_pipelined_over_serial"] = round(
+                statistics.median(pairs), 4)
+    print(json.dumps(summary) if args.json else summary, flush=True)
+    return curves
+
+
+def plot_percentiles(curves: dict[str, list[float]], out: Path, title: str) -> None:
+    """Latency by percentile, serial against pipelined, on a scale that spreads the tail
+    (x: 1 / (1 - p), so p90, p99, p99.9 are evenly spaced), as HdrHistogram plots it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    marks = (50, 90, 99, 99.9)
+    for mode, values in curves.items():
+        if not values:
+            continue
+        values = sorted(values)
+        n = len(values)
+        # Up to the last rank whose percentile is below 100% (1/(1-p) is finite there).
+        xs = [1 / (1 - i / n) for i in range(n)]
+        line, = ax.plot(xs, values, label=f"{mode} (n={n})", linewidth=1.6)
+        for p in marks:
+            v = _pct(values, p)
+            ax.plot([1 / (1 - p / 100)], [v], "o", color=line.get_color(), markersize=4)
+            ax.annotate(f"{v:.0f}", (1 / (1 - p / 100), v), textcoords="offset points",
+                        xytext=(4, 4), fontsize=8, color=line.get_color())
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks([1 / (1 - p / 100) for p in (0, *marks)])
+    ax.set_xticklabels(["p0", *(f"p{p:g}" for p in marks)])
+    ax.set_xlabel("percentile")
+    ax.set_ylabel("send latency, ms (produce() to delivery report)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
 def run_longpoll(mode: str, seconds: float, rate: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         broker = BrokerProcess(Path(tmp), {"request.processing.mode": mode}).start()
@@ -398,6 +499,13 @@ def main() -> None:
                     help="plaintext,sasl_ssl: the produce scenario over both, interleaved")
     ap.add_argument("--scrape-interval", type=float, default=1.0,
                     help="seconds between scrapes while metrics are on (0: none)")
+    ap.add_argument("--saturation", type=float, default=0.0, metavar="FRACTION",
+                    help="produce at FRACTION (e.g. 0.93) of serial's saturated records/s, "
+                         "measured first; serial and pipelined --repeat times, alternating")
+    ap.add_argument("--saturation-runs", type=int, default=3,
+                    help="unthrottled serial runs whose median records/s is the saturation")
+    ap.add_argument("--plot", type=Path, metavar="PATH",
+                    help="produce scenario: a PNG of each mode's latency percentiles")
     args = ap.parse_args()
     extra = dict(o.split("=", 1) for o in args.override)
     if args.metrics:
@@ -406,13 +514,26 @@ def main() -> None:
     if args.security:
         run_tls_cost(args, extra)
         return
+    curves: dict[str, list[float]] = {}
+    size = f"{args.records:,} x {args.record_size // 1024} KiB, acks=all, fsync per message"
+    if args.saturation:
+        curves = run_saturation(args, extra)
+        if args.plot:
+            plot_percentiles(curves, args.plot, f"Serial vs pipelined at {args.saturation:g}x "
+                             f"serial's saturated throughput ({size}, {args.repeat} runs each)")
+        return
     for mode in args.modes.split(","):
         if args.scenario == "produce":
+            lat: list[float] = []
             row = run_produce(mode, args.records, args.record_size, args.rate, extra,
-                              args.batch_size)
+                              args.batch_size, latencies_out=lat)
+            curves[mode] = lat
         else:
             row = run_longpoll(mode, args.seconds, args.rate or 1000)
         print(json.dumps(row) if args.json else row, flush=True)
+    if args.plot and curves:
+        load = f"{args.rate:,} records/s offered" if args.rate else "unthrottled"
+        plot_percentiles(curves, args.plot, f"Serial vs pipelined, {load} ({size})")
 
 
 if __name__ == "__main__":

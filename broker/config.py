@@ -214,10 +214,11 @@ KEYS: dict[str, Key] = {
             "push nothing; a single empty entry is not a way to ask for all)."),
         Key("minibroker.client.telemetry.push.interval.ms", int, "300000",
             "Push interval given to clients with GetTelemetrySubscriptions.", min=100),
-        Key("minibroker.gc.policy", _choice("default", "freeze", "tuned"), "freeze",
+        Key("minibroker.gc.policy", _choice("default", "freeze", "tuned"), "tuned",
             "The broker process's garbage collection once started: default (CPython as is), "
             "freeze (gc.freeze() what start-up built, so collections skip it) or tuned (freeze, "
-            "and gen0's threshold at minibroker.gc.gen0.threshold). The command line only: an "
+            "and gen0's threshold at minibroker.gc.gen0.threshold: a burst of parked requests "
+            "then costs a few collections instead of hundreds). The command line only: an "
             "embedded broker leaves its host process's collector alone."),
         Key("minibroker.gc.gen0.threshold", int, "50000",
             "gen0's threshold under the tuned policy (CPython's default is 700).", min=1),

@@ -62,11 +62,11 @@ def test_pauses_count_collections_per_generation():
 
 def test_config_keys():
     cfg = BrokerConfig.from_properties(None, [])
-    assert cfg["minibroker.gc.policy"] == "freeze"
+    assert cfg["minibroker.gc.policy"] == "tuned"
     assert cfg["minibroker.gc.gen0.threshold"] == 50000
-    cfg = BrokerConfig.from_properties(None, ["minibroker.gc.policy=tuned",
+    cfg = BrokerConfig.from_properties(None, ["minibroker.gc.policy=freeze",
                                               "minibroker.gc.gen0.threshold=100000"])
-    assert (cfg["minibroker.gc.policy"], cfg["minibroker.gc.gen0.threshold"]) == ("tuned", 100000)
+    assert (cfg["minibroker.gc.policy"], cfg["minibroker.gc.gen0.threshold"]) == ("freeze", 100000)
     with pytest.raises(ConfigError, match=r"minibroker\.gc\.policy"):
         BrokerConfig.from_properties(None, ["minibroker.gc.policy=off"])
     with pytest.raises(ConfigError, match=r"minibroker\.gc\.gen0\.threshold"):

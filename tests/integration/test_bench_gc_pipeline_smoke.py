@@ -1,0 +1,50 @@
+"""bench.pipeline's saturation mode and plot, and bench.gc, end to end on tiny loads: each prints
+well-formed JSON lines with the fields docs/benchmarks.md quotes, so neither rots."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _rows(args: list[str], timeout: float) -> list[dict]:
+    proc = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}"
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+def test_pipeline_saturation_rows_and_plot(tmp_path):
+    png = tmp_path / "img" / "pipeline.png"
+    rows = _rows(["-m", "bench.pipeline", "--json", "--saturation", "0.9", "--saturation-runs", "1",
+                  "--records", "60",
+                  "--record-size", "4096", "--repeat", "2", "--plot", str(png)], 180)
+    assert rows[0]["phase"] == "serial_saturated" and rows[0]["errors"] == 0
+    offered = [r for r in rows if r.get("phase") == "offered"]
+    assert sorted(r["mode"] for r in offered) == ["pipelined", "pipelined", "serial", "serial"]
+    assert all(r["target_rate"] == rows[-1]["offered_records_per_s"] > 0 for r in offered)
+    summary = rows[-1]
+    assert summary["scenario"] == "saturation"
+    for mode in ("serial", "pipelined"):
+        for p in ("p50", "p95", "p99", "p999"):
+            assert summary[f"median_{p}_ms_{mode}"] > 0
+            assert summary[f"pooled_{p}_ms_{mode}"] > 0
+    assert summary["median_paired_p99_ms_pipelined_over_serial"] > 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_gc_policies_ab(tmp_path):
+    rows = _rows(["-m", "bench.gc", "--json", "--workload", "requests", "--repeat", "2",
+                  "--seconds", "1", "--policies", "default,tuned"], 180)
+    runs = [r for r in rows if "summary" not in r]
+    assert [(r["policy"], r["rep"]) for r in runs] == [
+        ("default", 0), ("tuned", 0), ("tuned", 1), ("default", 1)]  # who goes first rotates
+    for r in runs:
+        assert "error" not in r, r
+        assert len(r["gc_collections"]) == 3 and r["gc_total_pause_ms"] >= 0
+    [tuned] = [r for r in rows if r.get("summary") == "requests" and r["policy"] == "tuned"]
+    assert tuned["broker_cpu_us_per_req_ratio_to_default"] > 0
