@@ -345,6 +345,10 @@ def _abandon_logs(manager: LogManager) -> None:
     leaving no checkpoint and no clean-shutdown marker behind."""
     if manager.cleaner is not None:
         manager.cleaner.shutdown()
+    # The dir writers finish what is queued (a crash may or may not have lost it; nothing
+    # queued was acknowledged) before their files close under them.
+    for writer in getattr(manager, "writers", {}).values():
+        writer.close()
     for log_ in list(manager.logs.values()):
         log_._close_files()
     for fd in manager._lock_fds:
