@@ -351,7 +351,7 @@ def run_saturation(args: argparse.Namespace, extra: dict[str, str]) -> dict[str,
         row.update(phase="serial_saturated", rep=run)
         saturated_runs.append(row)
         print(json.dumps(row) if args.json else row, flush=True)
-    saturated = {k: statistics.median(r[k] for r in saturated_runs)
+    saturated = {k: round(statistics.median(r[k] for r in saturated_runs), 2)
                  for k in ("records_per_s", "mb_per_s")}
     rate = max(1, round(saturated["records_per_s"] * args.saturation))
     rows: dict[str, list[dict]] = {m: [] for m in modes}
@@ -376,7 +376,7 @@ def run_saturation(args: argparse.Namespace, extra: dict[str, str]) -> dict[str,
     }
     for m in modes:
         for k in ("mb_per_s", "p50_ms", "p95_ms", "p99_ms", "p999_ms"):
-            summary[f"median_{k}_{m}"] = statistics.median(r[k] for r in rows[m])
+            summary[f"median_{k}_{m}"] = round(statistics.median(r[k] for r in rows[m]), 2)
         summary[f"range_p99_ms_{m}"] = [min(r["p99_ms"] for r in rows[m]),
                                         max(r["p99_ms"] for r in rows[m])]
         if curves[m]:
@@ -520,7 +520,8 @@ def main() -> None:
         curves = run_saturation(args, extra)
         if args.plot:
             plot_percentiles(curves, args.plot, f"Serial vs pipelined at {args.saturation:g}x "
-                             f"serial's saturated throughput ({size}, {args.repeat} runs each)")
+                             f"serial's saturated throughput\n({size}, {args.repeat} runs "
+                             "each, pooled)")
         return
     for mode in args.modes.split(","):
         if args.scenario == "produce":
@@ -533,7 +534,7 @@ def main() -> None:
         print(json.dumps(row) if args.json else row, flush=True)
     if args.plot and curves:
         load = f"{args.rate:,} records/s offered" if args.rate else "unthrottled"
-        plot_percentiles(curves, args.plot, f"Serial vs pipelined, {load} ({size})")
+        plot_percentiles(curves, args.plot, f"Serial vs pipelined, {load}\n({size})")
 
 
 if __name__ == "__main__":
