@@ -70,7 +70,7 @@ from broker.log.validator import (
     compression_level_problem,
     is_compacted,
 )
-from broker.log.writer import LogDirWriter, Write
+from broker.log.writer import LogDirWriter, Write, WriteCoalescer
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import (
     ATTRIBUTES_OFFSET,
@@ -322,6 +322,13 @@ class Log:
         #: told on the event loop ``(end offset, fsync seconds)`` when the writer made the log
         #: durable up to an offset (the partition moves its high watermark then).
         self.on_durable: Callable[[int, float], None] | None = None
+        #: the loop's write coalescer (the LogManager sets it): other logs' appends are
+        #: written at the end of the loop iteration, several batches in one pwritev.
+        self.coalescer: WriteCoalescer | None = None
+        #: told on the event loop ``(end offset)`` when the coalescer wrote the log's appends.
+        self.on_written_out: Callable[[int], None] | None = None
+        #: the first offset whose bytes wait in the coalescer, None when none do.
+        self.unwritten_from: int | None = None
         self._load(clean_shutdown, recovery_point, log_start_offset, now_ms)
 
     @classmethod
@@ -560,11 +567,33 @@ class Log:
         return self.writer is not None and self.config.flush_interval_messages == 1
 
     def _drain_writes(self) -> None:
-        """Wait for the writer to finish what is queued: before a segment's files are closed,
-        deleted or swapped, and before a flush that must cover every append."""
+        """Wait for the writer to finish what is queued (and, on the loop, write what waits in
+        the coalescer): before a segment's files are closed, deleted or swapped, and before a
+        flush that must cover every append."""
         writer = self.writer
         if writer is not None and writer.pending:
             writer.drain()
+        coalescer = self.coalescer
+        if coalescer is not None and self.unwritten_from is not None:
+            coalescer.flush_here()
+
+    def coalesced_written(self) -> None:
+        """On the event loop: the coalescer wrote every append of this log so far."""
+        self.unwritten_from = None
+        listener = self.on_written_out
+        if listener is not None and not self._closed:
+            listener(self._next_offset)
+
+    def _defer(self, writes: list[Write], first_offset: int, end_offset: int) -> None:
+        """Hand an append's writes to the writer thread (flush.messages=1) or the coalescer;
+        before the end offset moves, so a flush on another thread that reads the end offset
+        then drains the writer (or stops at ``unwritten_from``) covers no unwritten byte."""
+        if self.writes_on_writer:
+            self.writer.submit(self, writes, end_offset)  # type: ignore[union-attr]
+            return
+        if self.unwritten_from is None:
+            self.unwritten_from = first_offset
+        self.coalescer.add(self, writes)  # type: ignore[union-attr]
 
     def sync_written(self, end_offset: int) -> None:
         """On the writer thread, after it wrote everything below ``end_offset``: fsync it
@@ -669,7 +698,8 @@ class Log:
             max_timestamp = info.max_timestamp
             offset_of_max_timestamp = first_offset + info.offset_delta_of_max_timestamp
         completed = None
-        deferred: list[Write] | None = [] if self.writes_on_writer else None
+        deferred: list[Write] | None = (
+            [] if self.coalescer is not None or self.writes_on_writer else None)
         try:
             segment = self._maybe_roll(info.size_in_bytes, max_timestamp, last_offset, now_ms)
             if marker is not None:
@@ -693,10 +723,8 @@ class Log:
                 raise
         except OSError as e:
             raise self._dir_failed("appending to", e) from e
-        if deferred:
-            # Queued before the end offset moves: a flush on another thread that reads the
-            # end offset then drains the writer covers this write.
-            self.writer.submit(self, deferred, last_offset + 1)  # type: ignore[union-attr]
+        if deferred is not None:
+            self._defer(deferred, first_offset, last_offset + 1)
         self._next_offset = last_offset + 1
         for pos, pid, epoch, first_seq, last_seq, transactional in producer_batches:
             delta, batch_max_ts = _PRODUCER_FIELDS.unpack_from(records, pos + ATTRIBUTES_OFFSET)[
@@ -1152,7 +1180,13 @@ class Log:
         may have dropped the dirty pages, so a second could succeed without them. The
         recovery point then stays where the last good flush put it.
         """
+        coalescer = self.coalescer
+        if coalescer is not None and self.unwritten_from is not None:
+            coalescer.flush_here()  # on the loop: what waits for the iteration's end, now
         target = self._next_offset
+        unwritten = self.unwritten_from  # read after the end offset: see _defer
+        if unwritten is not None:
+            target = min(target, unwritten)
         self._drain_writes()
         self._flush_to(target)
 

@@ -15,7 +15,8 @@ Per log dir, as Kafka lays it out:
 Flushing and retention are scheduled by the broker (the ReplicaManager's group-commit flusher
 moves high watermarks when an fsync completes); ``checkpoint`` is a blocking call it runs in an
 executor. Logs with flush.messages=1 are written and fsynced by their dir's writer thread
-(broker/log/writer.py, one per dir, owned here and stopped by ``shutdown``).
+(broker/log/writer.py, one per dir, owned here and stopped by ``shutdown``); the others'
+appends of one loop iteration are written together at its end by the coalescer.
 
 A disk error in a dir takes that dir offline (``failure_channel``, Kafka's
 LogDirFailureChannel): its logs are no longer written, checkpointed or flushed, new logs go to
@@ -39,7 +40,7 @@ import structlog
 from broker.log import disk
 from broker.log.dir_failure import KafkaStorageError, LogDirFailureChannel
 from broker.log.log import Log, LogConfig, parse_topic_partition_dir
-from broker.log.writer import LogDirWriter
+from broker.log.writer import LogDirWriter, WriteCoalescer
 
 if TYPE_CHECKING:
     from broker.log.cleaner import CleanerConfig, LogCleaner
@@ -108,8 +109,12 @@ class LogManager:
         *,
         config_for: Callable[[str], LogConfig] | None = None,
         failure_channel: LogDirFailureChannel | None = None,
+        coalesce_writes: bool = False,
     ) -> None:
-        """``config_for(topic)`` gives a topic's config at load time (default: the default)."""
+        """``config_for(topic)`` gives a topic's config at load time (default: the default).
+        ``coalesce_writes`` writes the appends of one loop iteration together at its end (the
+        broker's choice; acks=1 answers then come back as awaitables), else each append is
+        written where it happens."""
         if not log_dirs:
             raise ValueError("at least one log dir is required")
         self.log_dirs = [Path(d) for d in log_dirs]
@@ -124,6 +129,9 @@ class LogManager:
         self.cleaner: LogCleaner | None = None
         #: one writer thread per log dir (flush.messages=1 logs write and fsync there)
         self.writers: dict[Path, LogDirWriter] = {}
+        #: the appends of one loop iteration written together (the other logs)
+        self.coalescer: WriteCoalescer | None = None
+        self.coalesce_writes = coalesce_writes
 
     # -- log dir health ----------------------------------------------------------------------
     @property
@@ -218,6 +226,10 @@ class LogManager:
         self.logs[tp] = log
         self._dir_of[tp] = log_dir
         log.writer = self._writer_of(log_dir)
+        if log.writer is not None and self.coalesce_writes:
+            if self.coalescer is None:
+                self.coalescer = WriteCoalescer(asyncio.get_running_loop())
+            log.coalescer = self.coalescer
 
     def _writer_of(self, log_dir: Path) -> LogDirWriter | None:
         """The dir's writer thread; None outside a running event loop (it reports there), where
