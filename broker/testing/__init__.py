@@ -3,10 +3,29 @@
 ``from broker.testing import EmbeddedBroker``; the pytest plugin (broker.testing.pytest_plugin,
 registered by the package's ``pytest11`` entry point) gives the fixtures ``mini_broker`` and
 ``mini_broker_factory``. docs/testing.md has the guide.
+
+The names are imported on first use: the plugin loads in every pytest run of the environment,
+and must not import the whole broker to do so.
 """
 
-from broker.testing.clock import ManualClock
-from broker.testing.embedded import EmbeddedBroker
-from broker.testing.faults import Fault, Faults, error_response
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from broker.testing.clock import ManualClock
+    from broker.testing.embedded import EmbeddedBroker
+    from broker.testing.faults import Fault, Faults, error_response
 
 __all__ = ["EmbeddedBroker", "Fault", "Faults", "ManualClock", "error_response"]
+
+_HOMES = {"EmbeddedBroker": "embedded", "Fault": "faults", "Faults": "faults",
+          "ManualClock": "clock", "error_response": "faults"}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"broker.testing.{home}"), name)

@@ -232,7 +232,11 @@ class Faults:
             conn.close_quietly()
             if conn.transport is not None:
                 conn.transport.abort()
-        return None
+        # No answer, and none expected: a cancelled result is how the channel hears that a
+        # request's connection went away (a None would be logged as a handler bug).
+        gone: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        gone.cancel()
+        return gone
 
     # -- metrics ----------------------------------------------------------------------------
     def collect(self) -> Iterator[CounterMetricFamily]:

@@ -13,18 +13,20 @@ Kafka in a nightly job, say): they then give an ``ExternalCluster``, whose
 ``bootstrap_servers`` is that address, and a test that calls what only an embedded broker can
 do (fault injection, ``advance``, ``kill``) is skipped there rather than failed.
 
-Faults armed on the session broker are cleared after each test that used it.
+Faults armed on the session broker are cleared after each test that used it. The broker is
+imported only when a fixture is used: the plugin loads in every pytest run of the environment.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from broker.testing.embedded import EmbeddedBroker
+if TYPE_CHECKING:
+    from broker.testing.embedded import EmbeddedBroker
 
 OPTION = "--kafka-bootstrap"
 
@@ -77,6 +79,8 @@ def mini_broker(request: pytest.FixtureRequest,
     if external is not None:
         yield ExternalCluster(external)
         return
+    from broker.testing.embedded import EmbeddedBroker
+
     with EmbeddedBroker(tmp_path_factory.mktemp("mini-broker")) as broker:
         yield broker
 
@@ -99,6 +103,8 @@ def mini_broker_factory(request: pytest.FixtureRequest,
     def make(**server_properties: Any) -> Any:
         if external is not None:
             return ExternalCluster(external)
+        from broker.testing.embedded import EmbeddedBroker
+
         broker = EmbeddedBroker(tmp_path / f"broker-{len(made)}", **server_properties)
         made.append(broker)
         return broker
