@@ -19,6 +19,7 @@ imported only when a fixture is used: the plugin loads in every pytest run of th
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,6 +67,15 @@ class ExternalCluster:
         return f"ExternalCluster({self.bootstrap_servers!r})"
 
 
+def _embedded_broker() -> type[EmbeddedBroker]:
+    """The class, imported on first use. kafka-python's codecs load their JSON specs through a
+    deprecated importlib.resources call at import: a user's run should not list those."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from broker.testing.embedded import EmbeddedBroker
+    return EmbeddedBroker
+
+
 def _external(config: pytest.Config) -> str | None:
     value = config.getoption("kafka_bootstrap", default=None)
     return str(value) if value else None
@@ -79,9 +89,7 @@ def mini_broker(request: pytest.FixtureRequest,
     if external is not None:
         yield ExternalCluster(external)
         return
-    from broker.testing.embedded import EmbeddedBroker
-
-    with EmbeddedBroker(tmp_path_factory.mktemp("mini-broker")) as broker:
+    with _embedded_broker()(tmp_path_factory.mktemp("mini-broker")) as broker:
         yield broker
 
 
@@ -103,9 +111,7 @@ def mini_broker_factory(request: pytest.FixtureRequest,
     def make(**server_properties: Any) -> Any:
         if external is not None:
             return ExternalCluster(external)
-        from broker.testing.embedded import EmbeddedBroker
-
-        broker = EmbeddedBroker(tmp_path / f"broker-{len(made)}", **server_properties)
+        broker = _embedded_broker()(tmp_path / f"broker-{len(made)}", **server_properties)
         made.append(broker)
         return broker
 
