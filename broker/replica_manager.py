@@ -463,6 +463,9 @@ class ReplicaManager:
             while True:
                 partition.flush_again = False
                 end_offset, end_bytes = partition.log_end_offset, partition.appended_bytes
+                unwritten = partition.log.unwritten_from  # coalesced, written soon: not yet
+                if unwritten is not None:
+                    end_offset = min(end_offset, unwritten)
                 elapsed = await loop.run_in_executor(self._flush_executor, _timed_flush,
                                                      partition.log)
                 if elapsed is not None:

@@ -596,9 +596,10 @@ class Log:
         self.coalescer.add(self, writes)  # type: ignore[union-attr]
 
     def sync_written(self, end_offset: int) -> None:
-        """On the writer thread, after it wrote everything below ``end_offset``: fsync it
-        (and advance the recovery point), as ``flush`` does."""
-        self._flush_to(end_offset)
+        """On the writer's sync thread, once everything below ``end_offset`` is written: fsync
+        it (and advance the recovery point), as ``flush`` does. The segments' own fds are
+        fsynced, not duplicates: no file of this log closes while its writer has work."""
+        self._flush_to(end_offset, own_fds=True)
 
     def on_written(self, end_offset: int, seconds: float) -> None:
         """On the event loop: the writer made everything below ``end_offset`` durable."""
@@ -1190,7 +1191,7 @@ class Log:
         self._drain_writes()
         self._flush_to(target)
 
-    def _flush_to(self, target: int) -> None:
+    def _flush_to(self, target: int, own_fds: bool = False) -> None:
         """fsync what is appended, and written, below ``target``."""
         with self._flush_lock:
             if self.log_dir in self._offline_dirs:
@@ -1198,17 +1199,24 @@ class Log:
             if target <= self.recovery_point and not self._unsynced_snapshots:
                 return
             fds: list[int] = []
+            own: list[LogSegment] = []
             with self._lock:
                 if self._closed:
                     return
                 start = max(bisect_right(self._bases, self.recovery_point) - 1, 0)
                 for seg in self.segments[start:]:
-                    if not seg.closed:
+                    if seg.closed:
+                        continue
+                    if own_fds:
+                        own.append(seg)
+                    else:
                         fds.extend(seg.dup_fds())
                 snapshots, self._unsynced_snapshots = self._unsynced_snapshots, []
             try:
                 for fd in fds:
                     disk.fsync(fd)
+                for seg in own:
+                    seg.flush()
                 if snapshots:
                     _fsync_files(snapshots)
             except OSError as e:

@@ -110,11 +110,13 @@ class LogManager:
         config_for: Callable[[str], LogConfig] | None = None,
         failure_channel: LogDirFailureChannel | None = None,
         coalesce_writes: bool = False,
+        log_dir_writers: bool = True,
     ) -> None:
         """``config_for(topic)`` gives a topic's config at load time (default: the default).
         ``coalesce_writes`` writes the appends of one loop iteration together at its end (the
         broker's choice; acks=1 answers then come back as awaitables), else each append is
-        written where it happens."""
+        written where it happens. ``log_dir_writers=False`` keeps flush.messages=1 logs writing
+        on the loop and fsyncing on the ReplicaManager's flusher, as before the writers."""
         if not log_dirs:
             raise ValueError("at least one log dir is required")
         self.log_dirs = [Path(d) for d in log_dirs]
@@ -132,6 +134,7 @@ class LogManager:
         #: the appends of one loop iteration written together (the other logs)
         self.coalescer: WriteCoalescer | None = None
         self.coalesce_writes = coalesce_writes
+        self.log_dir_writers = log_dir_writers
 
     # -- log dir health ----------------------------------------------------------------------
     @property
@@ -225,21 +228,21 @@ class LogManager:
     def _add(self, tp: TopicPartition, log: Log, log_dir: Path) -> None:
         self.logs[tp] = log
         self._dir_of[tp] = log_dir
-        log.writer = self._writer_of(log_dir)
-        if log.writer is not None and self.coalesce_writes:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # outside a loop (tools, sync tests): every write is made where it happens
+        if self.log_dir_writers:
+            log.writer = self._writer_of(log_dir, loop)
+        if self.coalesce_writes:
             if self.coalescer is None:
-                self.coalescer = WriteCoalescer(asyncio.get_running_loop())
+                self.coalescer = WriteCoalescer(loop)
             log.coalescer = self.coalescer
 
-    def _writer_of(self, log_dir: Path) -> LogDirWriter | None:
-        """The dir's writer thread; None outside a running event loop (it reports there), where
-        logs write and fsync on the caller's thread as before."""
+    def _writer_of(self, log_dir: Path, loop: asyncio.AbstractEventLoop) -> LogDirWriter:
+        """The dir's writer (its threads report to ``loop``)."""
         writer = self.writers.get(log_dir)
         if writer is None:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                return None
             writer = self.writers[log_dir] = LogDirWriter(str(log_dir), loop)
         return writer
 

@@ -1,12 +1,12 @@
-"""LogDirWriter: one thread per log dir that writes and fsyncs appended batches, in order.
+"""LogDirWriter: per log dir, threads that write and fsync appended batches, in order.
 
 For a log that fsyncs every batch (``flush.messages=1``) the append on the event loop
 validates, assigns offsets and updates the log's in-memory state in arrival order, then hands
-the batch's bytes here. This thread writes them (contiguous writes to one file as one
-``pwritev``) and fsyncs every log it wrote, in submission order, then tells the event loop up
-to which offset each log is durable; the high watermark moves on that event. So the loop never
-waits on the disk on that path, and everything queued while one fsync runs is covered by the
-next one (a group commit across the dir's logs).
+the batch's bytes here. A write thread writes them in submission order (contiguous writes to
+one file as one ``pwritev``); a sync thread fsyncs each log up to what is written, then tells
+the event loop up to which offset each log is durable; the high watermark moves on that event.
+So the loop never waits on the disk on that path, and everything written while one fsync runs
+is covered by the next one (a group commit across the dir's logs).
 
 A failed write or fsync takes the dir offline through the log's failure channel. Whatever was
 queued behind it is never written (every log of the dir refuses writes from then on), so
@@ -103,21 +103,33 @@ class _Request:
 
 
 class LogDirWriter:
-    """The writer thread of one log dir, started on the first submit.
+    """The writer of one log dir: a write thread and a sync thread, started on first submit.
 
-    ``submit`` and ``drain`` may be called from any thread but the writer's own; completions
-    are delivered on ``loop`` through ``Log.on_written``.
+    The write thread writes each queued batch as soon as it can; the sync thread fsyncs each
+    log up to what the write thread finished, so the next batches are written while an fsync
+    runs and the next fsync covers all of them (a group commit, as one flusher behind a
+    writing loop has, without the loop). ``submit`` and ``drain`` may be called from any
+    thread but the writer's own; completions are delivered on ``loop`` through
+    ``Log.on_written``.
     """
 
     def __init__(self, log_dir: str, loop: asyncio.AbstractEventLoop) -> None:
         self.log_dir = log_dir
         self._loop = loop
-        self._cond = threading.Condition()
+        # One lock, three conditions, so each event wakes only who waits for it.
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # the write thread: something queued
+        self._synced = threading.Condition(lock)  # drains: something fsynced
+        self._written = threading.Condition(lock)  # the sync thread: something written
         self._queue: list[_Request] = []
+        #: written, not yet fsynced: the highest end offset per log, and the last request
+        #: number covered (requests are numbered from 1 as submitted).
+        self._to_sync: dict[Log, int] = {}
+        self._written_seq = 0
         self._submitted = 0
         self._completed = 0
         self._stopping = False
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
 
     @property
     def pending(self) -> bool:
@@ -132,36 +144,40 @@ class LogDirWriter:
                 raise RuntimeError(f"the writer of {self.log_dir} is closed")
             self._queue.append(_Request(log, writes, end_offset))
             self._submitted += 1
-            if self._thread is None:
+            if not self._threads:
                 self._start()
             self._cond.notify()
 
     def _start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=f"log-writer {self.log_dir}",
-                                        daemon=True)
-        self._thread.start()
+        for target, name in ((self._run_writes, "log-writer"), (self._run_syncs, "log-syncer")):
+            thread = threading.Thread(target=target, name=f"{name} {self.log_dir}", daemon=True)
+            self._threads.append(thread)
+            thread.start()
 
     def drain(self) -> None:
         """Wait until everything submitted so far is written and fsynced, or dropped because
-        the dir failed. Never call it from the writer thread (it would wait for itself)."""
-        if threading.current_thread() is self._thread:
+        the dir failed. Never call it from the writer's threads (they would wait for
+        themselves)."""
+        if threading.current_thread() in self._threads:
             return
-        with self._cond:
+        with self._synced:
             target = self._submitted
             while self._completed < target:
-                self._cond.wait()
+                self._synced.wait()
 
     def close(self) -> None:
-        """Finish what is queued, then stop the thread."""
+        """Finish what is queued, then stop the threads."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-            thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
+            self._written.notify_all()
+            threads = list(self._threads)
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join()
 
-    # -- the writer thread ------------------------------------------------------------------
-    def _run(self) -> None:
+    # -- the write thread -------------------------------------------------------------------
+    def _run_writes(self) -> None:
         cond = self._cond
         while True:
             with cond:
@@ -171,18 +187,18 @@ class LogDirWriter:
                 if not batch:
                     return  # stopping, and nothing left
             try:
-                durable = self._process(batch)
+                ends = self._write(batch)
             except Exception:  # a bug, not the disk: never leave a drain waiting
                 logger.exception("log dir writer failed", log_dir=self.log_dir)
-                durable = {}
+                ends = {}
             with cond:
-                self._completed += len(batch)
-                cond.notify_all()
-            if durable:
-                self._deliver(durable)
+                for log, end in ends.items():
+                    self._to_sync[log] = end
+                self._written_seq += len(batch)
+                self._written.notify()
 
-    def _process(self, batch: list[_Request]) -> Durable:
-        """Write the batch in order, then fsync each log written; what became durable."""
+    def _write(self, batch: list[_Request]) -> dict[Log, int]:
+        """Write the batch in order; each log's end offset written (none if a write failed)."""
         writes: list[Write] = []
         ends: dict[Log, int] = {}
         owners: dict[int, Log] = {}
@@ -202,8 +218,39 @@ class LogDirWriter:
             failed = owners.get(getattr(e, "fd", -1)) or next(iter(ends))
             failed.dir_failed("writing", e)  # the whole dir goes offline: nothing more is written
             return {}
+        return ends
+
+    # -- the sync thread --------------------------------------------------------------------
+    def _run_syncs(self) -> None:
+        cond = self._written
+        while True:
+            with cond:
+                while self._written_seq == self._completed and not (
+                        self._stopping and not self._queue and not self._to_sync
+                        and self._written_seq == self._submitted):
+                    cond.wait()
+                if self._written_seq == self._completed:
+                    return  # stopping, and everything is done
+                to_sync, self._to_sync = self._to_sync, {}
+                covered = self._written_seq
+            try:
+                durable = self._sync(to_sync)
+            except Exception:  # a bug, not the disk: never leave a drain waiting
+                logger.exception("log dir syncer failed", log_dir=self.log_dir)
+                durable = {}
+            with cond:
+                self._completed = covered
+                self._synced.notify_all()
+            if durable:
+                self._deliver(durable)
+
+    @staticmethod
+    def _sync(to_sync: dict[Log, int]) -> Durable:
+        """fsync each log up to what was written; what became durable."""
         durable: Durable = {}
-        for log, end in ends.items():
+        for log, end in to_sync.items():
+            if log.offline or log.closed:
+                continue
             started = time.monotonic()
             try:
                 log.sync_written(end)

@@ -81,7 +81,10 @@ async def test_the_loop_never_writes_and_every_answer_waits_for_the_fsync(
             assert (p.high_watermark, p.log.recovery_point, p.log_end_offset) == (40, 40, 40)
             assert read_all(c, tp) == [(i, f"{tp[1]}-{i}".encode() * 50) for i in range(40)]
         assert calls.on_loop() == []
-        assert {c[1] for c in calls.calls} == {f"log-writer {d.a}", f"log-writer {d.b}"}
+        assert {(c[0], c[1]) for c in calls.calls} <= {
+            (call, f"{thread} {log_dir}") for log_dir in (d.a, d.b)
+            for call, thread in (("pwrite", "log-writer"), ("pwritev", "log-writer"),
+                                 ("fsync", "log-syncer"))}
         # In order: each write of a file starts where the one before it ended (or after).
         for path in {c[2] for c in calls.calls}:
             positions = [c[3] for c in calls.calls if c[2] == path and c[0] != "fsync"]
@@ -352,3 +355,27 @@ async def test_closing_and_deleting_write_what_the_iteration_holds_first(
         assert read_all(again.c, tp) == [(i, b"v%d" % i) for i in range(3)]
     finally:
         await again.c.close()
+
+
+async def test_without_writers_flush_per_message_still_waits_for_the_fsync(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LogManager(log_dir_writers=False), coalescing or not: the loop writes, the flusher
+    fsyncs, and the high watermark never passes either."""
+    for coalesce in (False, True):
+        a = tmp_path / f"c{coalesce}"
+        c = build(a, {"offsets.topic.num.partitions": "1"})
+        c.log_manager.log_dir_writers = False
+        c.log_manager.coalesce_writes = coalesce
+        c.topics.create_topic(TOPIC, 1, FLUSH_EACH)
+        tp = (TOPIC, 0)
+        try:
+            parked = [produce(c, tp, [b"v%d" % i], acks=ack)
+                      for i, ack in enumerate((1, -1, 1, -1))]
+            p = c.replica_manager.partitions[tp]
+            assert p.log.writer is None and p.high_watermark == 0
+            for f in parked:
+                assert (await wait(f))[tp].error == ErrorCode.NONE
+            assert (p.high_watermark, p.log.recovery_point) == (4, 4)
+            assert [v for _, v in read_all(c, tp)] == [b"v%d" % i for i in range(4)]
+        finally:
+            await c.close()
