@@ -101,7 +101,7 @@ class Partition:
         log.maybe_increment_log_start_offset(target, "client record deletion")
         return self.low_watermark
 
-    def append(self, records: bytearray, now_ms: int,
+    def append(self, records: bytearray | memoryview | bytes, now_ms: int,
                origin: AppendOrigin = AppendOrigin.CLIENT) -> tuple[AppendInfo, bool]:
         """Append as leader; returns the append info and whether the high watermark moved."""
         return self._appended(self.log.append(records, now_ms, origin=origin))

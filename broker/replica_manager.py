@@ -285,7 +285,9 @@ class ReplicaManager:
             return ProduceResult(ErrorCode.INVALID_RECORD, message="no record batches")
         try:
             check_produce_request_version(records, api_version)
-            info, hw_moved = partition.append(bytearray(records), ts, origin)
+            # Offsets are assigned in place: a writable view (an owned frame) is used as it
+            # is, anything else copied once by Log.append.
+            info, hw_moved = partition.append(records, ts, origin)
         except KafkaStorageError as exc:  # logged once, when its dir went offline
             return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
         except KafkaError as exc:

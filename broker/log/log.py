@@ -618,6 +618,10 @@ class Log:
     ) -> AppendInfo:
         """Validate a produce request's records, assign offsets in place, write them.
 
+        A writable ``records`` (an owned request frame) is stamped and written as it is, so
+        the caller must not reuse it: with a writer or coalescer its write happens later,
+        from that very buffer. Bytes and read-only views are copied once first.
+
         Raises the ``protocol.record_batch`` errors and the LogValidator's record errors (each
         with Kafka's ``error_code``) before touching the log. A batch may be stored recompressed
         when the topic's ``compression.type`` says so. ``leader_epoch`` is stamped into each
