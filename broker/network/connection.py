@@ -1,16 +1,23 @@
-"""One client socket: the "processor" of Kafka's network layer, as an asyncio.Protocol.
+"""One client socket: the "processor" of Kafka's network layer, as an asyncio.BufferedProtocol.
 
-It parses frames continuously and hands each request to the RequestChannel without waiting for
-its response; responses come back through the sequencer in request order. Reading pauses while
+It receives frames into buffers it owns (protocol/framing.py: the kernel copies into a shared
+receive buffer, or straight into a large frame's own bytearray), parses them continuously and
+hands each request to the RequestChannel without waiting for its response. Reading pauses while
 any mute reason is set (memory, in-flight cap, serial mode) and resumes when all are clear.
 
-With metrics on, the write of each response is timed. What asyncio lets us see: the
-``transport.write`` call (uvloop buffers small writes and sends them at the end of the loop
-iteration, so for those this is the hand-over, microseconds), and, when the transport's buffer
-passes its high-water mark (64 KiB, a slow reader or a big fetch), pause_writing and then
-resume_writing once it drained: responses written meanwhile count as sent only then. The
-high-water mark is left at its default on purpose: lowering it to 0 to observe every send
-would make uvloop write each response at once instead of coalescing them.
+Responses come back through the sequencer in request order, and those completed within one
+loop iteration leave together: the first one ready asks the thread's WriteFlusher for a turn
+(one ``loop.call_soon`` for all connections), which writes each connection's batch with one
+``transport.writelines``: one system call per connection per iteration, however many requests
+it pipelined (uvloop sends each write at once). A response of 64 KiB or more goes at once,
+with whatever is ready before it: a client that does not read it is then seen (pause_writing)
+before the loop reads more of its requests. A response is bytes or a gather list of parts.
+Without a running loop (unit tests, the in-process benchmark) the batch is written at once.
+
+With metrics on, the write of each batch is timed. What asyncio lets us see: the write call
+(the hand-over, microseconds), and, when the transport's buffer passes its high-water mark
+(64 KiB, a slow reader or a big fetch), pause_writing and then resume_writing once it drained:
+responses written meanwhile count as sent only then.
 
 On a SASL listener a SaslAuthenticator decides what may come before authentication (Kafka's
 SaslServerAuthenticator): ApiVersions and SaslHandshake, then SaslAuthenticate, one request at
@@ -26,15 +33,17 @@ from __future__ import annotations
 import asyncio
 import itertools
 import struct
+import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from enum import IntFlag
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from broker.network.request import Request
-from broker.network.sequencer import ResponseSequencer
+from broker.network.sequencer import Payload, ResponseSequencer, payload_size
 from broker.security.listener import PLAINTEXT_LISTENER, ListenerSecurity
 from broker.security.principal import Session
 from broker.security.sasl import SASL_HANDSHAKE_KEY, SaslAuthenticator
@@ -55,6 +64,9 @@ log = structlog.get_logger("broker.network")
 _channel_ids = itertools.count(1)
 
 MAX_INFLIGHT_PER_CONNECTION = 128
+# A response this large is written when it is ready instead of at the end of the iteration
+# (the transports' default high-water mark: past it, pause_writing tells of a slow reader).
+WRITE_AT_ONCE_BYTES = 64 * 1024
 _SIZE = struct.Struct(">i")
 _KEY = struct.Struct(">h")
 # What the SASL gate says of the next frame.
@@ -71,7 +83,49 @@ class MuteReason(IntFlag):
     SASL = 64  # (re-)authenticating: one request at a time, each answered before the next
 
 
-class Connection(asyncio.Protocol):
+class WriteFlusher:
+    """Once per loop iteration, every connection with responses ready writes them: one
+    callback scheduled for all of them, at the first response ready in the iteration."""
+
+    __slots__ = ("loop", "_dirty")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._dirty: list[Connection] = []
+
+    def add(self, conn: Connection) -> None:
+        dirty = self._dirty
+        if not dirty:
+            self.loop.call_soon(self._run)
+        dirty.append(conn)
+
+    def _run(self) -> None:
+        dirty, self._dirty = self._dirty, []
+        for conn in dirty:
+            try:
+                conn.flush()
+            except Exception as exc:  # a bug costs one connection, never the others' answers
+                log.error("response write failed", peer=conn.peer, channel=conn.channel_id,
+                          exc_info=exc)
+                conn.close("internal error writing responses")
+
+
+_threads = threading.local()
+
+
+def _flusher() -> WriteFlusher | None:
+    """The running loop's flusher (one per thread and loop); None without a running loop."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    flusher: WriteFlusher | None = getattr(_threads, "flusher", None)
+    if flusher is None or flusher.loop is not loop:
+        flusher = _threads.flusher = WriteFlusher(loop)
+    return flusher
+
+
+class Connection(asyncio.BufferedProtocol):
     def __init__(self, channel: RequestChannel, serial: bool, max_frame: int,
                  security: ListenerSecurity = PLAINTEXT_LISTENER) -> None:
         self.channel = channel
@@ -86,13 +140,14 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self.mute = MuteReason(0)
         self._paused = False
-        self._pending: deque[bytes] = deque()  # parsed frames not yet dispatched (serial mode)
+        self._pending: deque[bytearray] = deque()  # frames not yet dispatched (serial mode)
         self.inflight = 0
         self.held_bytes = 0  # request and response bytes counted against the memory budget
         self._write_buffered = 0  # of which: unsent bytes in the transport's buffer
         self.last_active = time.monotonic()  # for connections.max.idle.ms
         self._registered = False
-        self.sequencer: ResponseSequencer[Request] = ResponseSequencer(self._write, self._on_sent)
+        self.sequencer: ResponseSequencer[Request] = ResponseSequencer(self._ready)
+        self._flusher: WriteFlusher | None = None  # set in connection_made, with the loop
         self._timed = channel.metrics is not None
         self._write_started = 0.0  # when the latest response was handed to the transport
         self._draining = False  # the transport holds unsent bytes (metrics on only)
@@ -113,6 +168,7 @@ class Connection(asyncio.Protocol):
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        self._flusher = _flusher()
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.session.client_host = peer[0] if peer else ""
@@ -141,12 +197,24 @@ class Connection(asyncio.Protocol):
             return False
         return True
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.decoder.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
         if self.closed:
             return
+        self._received(self.decoder.buffer_updated, nbytes)
+
+    def data_received(self, data: bytes) -> None:
+        """Bytes already read (tests, the in-process benchmark): received as a read would."""
+        if self.closed:
+            return
+        self._received(self.decoder.feed, data)
+
+    def _received(self, decode: Callable[[Any], list[bytearray]], arg: Any) -> None:
         self.last_active = time.monotonic()
         try:
-            frames = self.decoder.feed(data)
+            frames = decode(arg)
         except FrameTooLarge as exc:
             if self.auth is not None and not self.auth.ready:  # Kafka's InvalidReceiveException
                 self.auth.fail("Failing SASL authentication due to invalid receive size "
@@ -187,7 +255,7 @@ class Connection(asyncio.Protocol):
                     self.set_mute(MuteReason.SERIAL)
                 self.channel.submit(request)
 
-    def _parse(self, frame: bytes) -> Request | None:
+    def _parse(self, frame: bytearray) -> Request | None:
         try:
             api_key, version = peek_key_version(frame)
             spec = APIS.get(api_key)
@@ -275,9 +343,10 @@ class Connection(asyncio.Protocol):
         self.decoder.max_size = self._max_frame
         self._gated = auth.expires_at is not None
 
-    def finish(self, request: Request, payload: bytes | None) -> None:
-        """Called by the channel when a request is done; ``payload`` is its encoded response,
-        None when it expects none (or when it failed and this connection is closing)."""
+    def finish(self, request: Request, payload: Payload | None) -> None:
+        """Called by the channel when a request is done; ``payload`` is its encoded response
+        (bytes, or a gather list of parts), None when it expects none (or when it failed and
+        this connection is closing)."""
         if not request.expects_response:
             self.channel.release(self, request.size)
             if request.stats is not None:
@@ -288,18 +357,52 @@ class Connection(asyncio.Protocol):
         elif payload is None:
             self.close(f"no response to a {request.spec.name} request that expects one")
         elif not self.closed:
-            request.response_size = len(payload)
+            request.response_size = payload_size(payload)
             self.channel.hold(self, request.response_size)  # until the socket has taken it
-            self.sequencer.complete(request, payload)
+            self.sequencer.complete(request, payload)  # type: ignore[arg-type]
+            if request.response_size >= WRITE_AT_ONCE_BYTES and self.sequencer.has_ready:
+                # Large: nothing to gain by waiting, and a client that does not read it must
+                # be seen (pause_writing, the WRITE mute) before more of its requests are read.
+                self.flush()
 
     def response_allowance(self) -> int:
         """Response bytes this connection may still be given (its share of the budget)."""
         return self.channel.memory.allowance(self)
 
-    def _write(self, payload: bytes) -> None:
-        if self.transport is not None and not self.closed:
+    def _ready(self) -> None:
+        """The sequencer has responses to send: at the end of this iteration, or now."""
+        if self._flusher is not None:
+            self._flusher.add(self)
+        else:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write every ready response with one call, then account for them as sent."""
+        ready = self.sequencer.take()
+        if not ready:
+            return
+        parts: list[Any] = []
+        for request in ready:
+            payload = request.payload
+            if type(payload) is list:
+                parts += payload
+            else:
+                parts.append(payload)
+            request.payload = b""
+        transport = self.transport
+        if transport is not None and not self.closed:
             if self._timed:
                 self._write_started = time.monotonic()
+            if len(parts) == 1:
+                transport.write(parts[0])
+            else:
+                transport.writelines(parts)
+            self.last_active = time.monotonic()
+        self._on_sent(ready)
+
+    def _write(self, payload: bytes) -> None:
+        """A write outside the sequence (a bare SASL token, answered when nothing is in flight)."""
+        if self.transport is not None and not self.closed:
             self.transport.write(payload)
             self.last_active = time.monotonic()
 
@@ -314,22 +417,23 @@ class Connection(asyncio.Protocol):
         elif delta < 0:
             self.channel.release(self, -delta)
 
-    def _on_sent(self, request: Request) -> None:
-        # The request's bytes and its response's are done with; what the transport could not
+    def _on_sent(self, sent: list[Request]) -> None:
+        # The requests' bytes and their responses' are done with; what the transport could not
         # send yet stays counted as its buffer.
-        self.channel.release(self, request.size + request.response_size)
+        self.channel.release(self, sum(r.size + r.response_size for r in sent))
         self._sync_write_buffer()
-        stats = request.stats
-        if stats is not None:
-            request.write_started = self._write_started
-            if self._draining:
-                self._undrained.append(request)
-            else:
-                stats.sent(request.received, request.ready, request.write_started,
-                           time.monotonic())
-        if request.close_after:  # a failed authentication: its answer is out, now close
-            self._close_after_answer()
-        self._done_one()
+        now = time.monotonic() if self._timed else 0.0
+        for request in sent:
+            stats = request.stats
+            if stats is not None:
+                request.write_started = self._write_started
+                if self._draining:
+                    self._undrained.append(request)
+                else:
+                    stats.sent(request.received, request.ready, request.write_started, now)
+            if request.close_after:  # a failed authentication: its answer is out, now close
+                self._close_after_answer()
+            self._done_one()
 
     def _close_after_answer(self) -> None:
         """A failed authentication's answer is out: read nothing more, and close after
@@ -391,6 +495,8 @@ class Connection(asyncio.Protocol):
         if self.closed:
             return
         log.warning("closing connection", peer=self.peer, channel=self.channel_id, reason=reason)
+        if self.sequencer.has_ready:  # answers completed before the close still go out first
+            self.flush()
         self.closed = True
         if self.transport is not None:
             self.transport.close()
@@ -399,6 +505,8 @@ class Connection(asyncio.Protocol):
         """Close without a warning (an idle timeout is not bad input; the quota counts it)."""
         if self.closed:
             return
+        if self.sequencer.has_ready:  # answers completed before the close still go out first
+            self.flush()
         self.closed = True
         if self.transport is not None:
             self.transport.close()

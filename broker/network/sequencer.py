@@ -2,6 +2,10 @@
 
 Kafka's clients match responses to requests by order on the socket (correlation ids are only
 checked), so a fast metadata answer must wait behind a slow produce sent before it.
+
+Responses that become sendable are not written one by one: they gather in order until the
+connection takes them all (``take``), once per loop iteration, and goes to the socket with one
+write. ``on_ready`` tells the connection when the first of such a batch is there.
 """
 
 from __future__ import annotations
@@ -10,46 +14,70 @@ from collections import deque
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
+# A response as encoded: one bytes-like object, or a gather list of parts sent in order.
+Payload = bytes | bytearray | memoryview | list[bytes | bytearray | memoryview]
+
 
 class Awaiting(Protocol):
     """What waits in the sequence: a request that expects a response (its payload once built)."""
 
-    payload: bytes | None
+    payload: Payload | None
 
 
 E = TypeVar("E", bound=Awaiting)
 
 
+def payload_size(payload: Payload) -> int:
+    """Bytes of a payload, a gather list's being the sum of its parts."""
+    if type(payload) is list:
+        return sum(map(len, payload))
+    return len(payload)
+
+
 class ResponseSequencer(Generic[E]):
-    """A queue of requests awaiting their responses; `complete` fills one and writes every
-    ready one at the head."""
+    """Requests awaiting their responses, in request order; `complete` fills one and moves every
+    filled one at the head to the ready batch."""
 
-    __slots__ = ("_queue", "_write", "_on_sent")
+    __slots__ = ("_queue", "_ready", "_on_ready")
 
-    def __init__(self, write: Callable[[bytes], None], on_sent: Callable[[E], None]) -> None:
+    def __init__(self, on_ready: Callable[[], None]) -> None:
         self._queue: deque[E] = deque()
-        self._write = write
-        self._on_sent = on_sent
+        self._ready: list[E] = []  # in order, their payloads not yet written
+        self._on_ready = on_ready
 
     def reserve(self, entry: E) -> E:
         entry.payload = None
         self._queue.append(entry)
         return entry
 
-    def complete(self, entry: E, payload: bytes) -> None:
+    def complete(self, entry: E, payload: Payload) -> None:
         entry.payload = payload
         queue = self._queue
+        if not queue or queue[0].payload is None:
+            return  # waits behind an earlier request
+        ready = self._ready
+        first = not ready
         while queue and queue[0].payload is not None:
-            head = queue.popleft()
-            self._write(head.payload)  # type: ignore[arg-type]
-            head.payload = b""
-            self._on_sent(head)
+            ready.append(queue.popleft())
+        if first:
+            self._on_ready()
+
+    def take(self) -> list[E]:
+        """The ready batch, in request order, for one write; the sequencer forgets it."""
+        ready, self._ready = self._ready, []
+        return ready
+
+    @property
+    def has_ready(self) -> bool:
+        return bool(self._ready)
 
     def __len__(self) -> int:
-        return len(self._queue)
+        """Requests not yet handed to the socket: waiting for their response, or ready."""
+        return len(self._queue) + len(self._ready)
 
     def clear(self) -> list[E]:
-        """Drop every waiting entry (connection closed); returns them to release their bytes."""
-        dropped = list(self._queue)
+        """Drop every entry (connection closed); returns them to release their bytes."""
+        dropped = [*self._ready, *self._queue]
         self._queue.clear()
+        self._ready = []
         return dropped

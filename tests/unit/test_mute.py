@@ -34,6 +34,9 @@ class RecordingTransport(asyncio.Transport):
     def write(self, data: bytes) -> None:
         self.written.append(data)
 
+    def writelines(self, parts: list[bytes]) -> None:  # one call, each part recorded
+        self.written.extend(parts)
+
     def get_write_buffer_size(self) -> int:
         return 0  # everything written was taken at once
 

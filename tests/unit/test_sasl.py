@@ -512,7 +512,13 @@ async def test_failed_answer_then_close_after_kafkas_delay(store):
     """connection.failed.authentication.delay.ms: the answer goes out at once, nothing more is
     read, and the socket closes only after the delay, so the client reads the answer first."""
     client = Client(sasl_config(store, failed_close_delay_ms=100))
-    resp = client.plain("alice", "not-her-password")
+    client.send(SaslHandshakeRequest[1](mechanism="PLAIN"))
+    await asyncio.sleep(0)  # answers leave at the end of the loop iteration
+    [hs] = client.responses()
+    assert hs.error_code == 0
+    client.send(SaslAuthenticateRequest[2](auth_bytes=b"\0alice\0not-her-password"))
+    await asyncio.sleep(0)
+    [resp] = client.responses()
     assert resp.error_code == SASL_AUTHENTICATION_FAILED
     assert client.conn.closed and not client.transport.closed
     await asyncio.sleep(0.25)
