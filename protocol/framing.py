@@ -108,7 +108,8 @@ class FrameDecoder:
         pos = 0
         while end - pos >= 4:
             (size,) = _SIZE.unpack_from(rx, pos)
-            self._check(size)
+            if size < 0 or size > self.max_size:
+                self._check(size)
             stop = pos + 4 + size
             if stop > end:
                 if size > self.direct_min:  # its own buffer now; the rest goes straight there
@@ -126,6 +127,11 @@ class FrameDecoder:
 
     def feed(self, data: bytes) -> list[bytearray]:
         """Bytes already read (tests, in-process benchmarks): received as a transport would."""
+        n = len(data)
+        if not self._tail and self._frame is None and 0 < n <= len(self._rx):
+            self._rx[:n] = data  # all of it fits the shared buffer: one read's worth
+            self._base = 0
+            return self.buffer_updated(n)
         frames: list[bytearray] = []
         view = memoryview(data)
         while view:

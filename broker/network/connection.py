@@ -31,6 +31,7 @@ authentication's answer is written and then the connection closes (``Request.clo
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import struct
 import threading
@@ -146,7 +147,7 @@ class Connection(asyncio.BufferedProtocol):
         self._write_buffered = 0  # of which: unsent bytes in the transport's buffer
         self.last_active = time.monotonic()  # for connections.max.idle.ms
         self._registered = False
-        self.sequencer: ResponseSequencer[Request] = ResponseSequencer(self._ready)
+        self.sequencer: ResponseSequencer[Request] = ResponseSequencer(self.flush)
         self._flusher: WriteFlusher | None = None  # set in connection_made, with the loop
         self._timed = channel.metrics is not None
         self._write_started = 0.0  # when the latest response was handed to the transport
@@ -169,6 +170,8 @@ class Connection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
         self._flusher = _flusher()
+        if self._flusher is not None:  # ready responses wait for the end of the iteration
+            self.sequencer.on_ready = functools.partial(self._flusher.add, self)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.session.client_host = peer[0] if peer else ""
@@ -357,7 +360,8 @@ class Connection(asyncio.BufferedProtocol):
         elif payload is None:
             self.close(f"no response to a {request.spec.name} request that expects one")
         elif not self.closed:
-            request.response_size = payload_size(payload)
+            request.response_size = (len(payload) if type(payload) is not list
+                                     else payload_size(payload))
             self.channel.hold(self, request.response_size)  # until the socket has taken it
             self.sequencer.complete(request, payload)  # type: ignore[arg-type]
             if request.response_size >= WRITE_AT_ONCE_BYTES and self.sequencer.has_ready:
@@ -369,31 +373,28 @@ class Connection(asyncio.BufferedProtocol):
         """Response bytes this connection may still be given (its share of the budget)."""
         return self.channel.memory.allowance(self)
 
-    def _ready(self) -> None:
-        """The sequencer has responses to send: at the end of this iteration, or now."""
-        if self._flusher is not None:
-            self._flusher.add(self)
-        else:
-            self.flush()
-
     def flush(self) -> None:
         """Write every ready response with one call, then account for them as sent."""
         ready = self.sequencer.take()
         if not ready:
             return
-        parts: list[Any] = []
-        for request in ready:
-            payload = request.payload
-            if type(payload) is list:
-                parts += payload
-            else:
-                parts.append(payload)
-            request.payload = b""
+        if len(ready) == 1:  # the common case: one response, one bytes object or gather list
+            parts: Any = ready[0].payload
+        else:
+            parts = []
+            for request in ready:
+                payload = request.payload
+                if type(payload) is list:
+                    parts += payload
+                else:
+                    parts.append(payload)
         transport = self.transport
         if transport is not None and not self.closed:
             if self._timed:
                 self._write_started = time.monotonic()
-            if len(parts) == 1:
+            if type(parts) is not list:
+                transport.write(parts)
+            elif len(parts) == 1:
                 transport.write(parts[0])
             else:
                 transport.writelines(parts)
@@ -420,7 +421,11 @@ class Connection(asyncio.BufferedProtocol):
     def _on_sent(self, sent: list[Request]) -> None:
         # The requests' bytes and their responses' are done with; what the transport could not
         # send yet stays counted as its buffer.
-        self.channel.release(self, sum(r.size + r.response_size for r in sent))
+        held = 0
+        for request in sent:
+            held += request.size + request.response_size
+            request.payload = b""
+        self.channel.release(self, held)
         self._sync_write_buffer()
         now = time.monotonic() if self._timed else 0.0
         for request in sent:

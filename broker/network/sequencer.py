@@ -38,12 +38,12 @@ class ResponseSequencer(Generic[E]):
     """Requests awaiting their responses, in request order; `complete` fills one and moves every
     filled one at the head to the ready batch."""
 
-    __slots__ = ("_queue", "_ready", "_on_ready")
+    __slots__ = ("_queue", "_ready", "on_ready")
 
     def __init__(self, on_ready: Callable[[], None]) -> None:
         self._queue: deque[E] = deque()
         self._ready: list[E] = []  # in order, their payloads not yet written
-        self._on_ready = on_ready
+        self.on_ready = on_ready  # called when a batch starts: write now, or schedule it
 
     def reserve(self, entry: E) -> E:
         entry.payload = None
@@ -60,7 +60,7 @@ class ResponseSequencer(Generic[E]):
         while queue and queue[0].payload is not None:
             ready.append(queue.popleft())
         if first:
-            self._on_ready()
+            self.on_ready()
 
     def take(self) -> list[E]:
         """The ready batch, in request order, for one write; the sequencer forgets it."""
