@@ -100,6 +100,13 @@ class WriteFlusher:
             self.loop.call_soon(self._run)
         dirty.append(conn)
 
+    def run(self) -> None:
+        """Write now what is ready (e.g. at the end of a handler's turn, before it yields: the
+        answers leave in this iteration instead of the next); the scheduled turn then finds
+        less or nothing to do."""
+        if self._dirty:
+            self._run()
+
     def _run(self) -> None:
         dirty, self._dirty = self._dirty, []
         for conn in dirty:
@@ -112,6 +119,13 @@ class WriteFlusher:
 
 
 _threads = threading.local()
+
+
+def flush_responses() -> None:
+    """Write every connection's ready responses of this thread's loop now."""
+    flusher: WriteFlusher | None = getattr(_threads, "flusher", None)
+    if flusher is not None:
+        flusher.run()
 
 
 def _flusher() -> WriteFlusher | None:

@@ -220,3 +220,21 @@ def test_frames_and_responses_over_a_real_socket(loop_name: str, tls: bool,
         loop.run_until_complete(asyncio.wait_for(_exchange(contexts), 20))
     finally:
         loop.close()
+
+
+async def test_flush_responses_writes_the_ready_batch_within_the_iteration() -> None:
+    from broker.network.connection import flush_responses
+
+    submitted: list[Any] = []
+    channel = RequestChannel(1, 10**9, dispatch=lambda r: None)
+    channel.submit = submitted.append  # type: ignore[method-assign]
+    conn = Connection(channel, serial=False, max_frame=1 << 20)
+    transport = CountingTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    conn.data_received(frame(1) + frame(2))
+    conn.finish(submitted[0], b"1")
+    conn.finish(submitted[1], b"2")
+    flush_responses()  # what a handler does before it yields
+    assert transport.written == [b"1", b"2"] and transport.calls == 1
+    await asyncio.sleep(0)  # the scheduled turn finds nothing left
+    assert transport.calls == 1
