@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from broker.network.sequencer import Payload
 from protocol.framing import RequestHeaderView
 from protocol.registry import ApiSpec
 
@@ -31,7 +32,7 @@ class Request:
     local_done: float = 0.0  # set only when the handler returned an awaitable (parked)
     ready: float = 0.0  # the response was built
     write_started: float = 0.0  # the response was handed to the transport (metrics on)
-    payload: bytes | None = None  # the encoded response, while it waits in the sequencer
+    payload: Payload | None = None  # the encoded response, while it waits in the sequencer
     response_size: int = 0  # its length, counted against the memory budget until sent
     stats: RequestStats | None = None  # metrics on: this request's (API, version) counters
     close_after: bool = False  # close the connection once this response is written
