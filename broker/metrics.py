@@ -45,7 +45,7 @@ from prometheus_client.registry import Collector
 
 from protocol.errors import ErrorCode
 from protocol.registry import APIS, FETCH_KEY, PRODUCE_KEY
-from protocol.templates import SinglePartitionProduceResponse
+from protocol.templates import PackedFetchResponse, SinglePartitionProduceResponse
 
 if TYPE_CHECKING:
     from broker.group.coordinator import GroupCoordinator
@@ -252,6 +252,9 @@ def _fetch_counter(version: int, bytes_out: dict[Any, int]
         code = response.error_code
         if code:
             errors[code] = errors.get(code, 0) + 1
+        if type(response) is PackedFetchResponse and not response.materialized:
+            count_packed(response, errors)
+            return
         for t in response.responses:
             n = 0
             for p in t.partitions:
@@ -263,6 +266,19 @@ def _fetch_counter(version: int, bytes_out: dict[Any, int]
                     n += len(records)
             if n:
                 key = getattr(t, topic_attr)
+                bytes_out[key] = bytes_out.get(key, 0) + n
+
+    def count_packed(response: PackedFetchResponse, errors: dict[int, int]) -> None:
+        for key, partitions in response.topics:
+            n = 0
+            for p in partitions:
+                code = p[1]
+                if code:
+                    errors[code] = errors.get(code, 0) + 1
+                records = p[6]
+                if records:
+                    n += len(records)
+            if n:
                 bytes_out[key] = bytes_out.get(key, 0) + n
 
     return count

@@ -12,6 +12,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.producer import ProduceResponse
 
 _TopicResponse = ProduceResponse.TopicProduceResponse
@@ -108,6 +109,194 @@ class SinglePartitionProduceResponse:
         return ProduceResponse.decode(data, version=version)
 
 
+# -- Fetch -----------------------------------------------------------------------------------------
+
+_FETCH_FIRST_FLEXIBLE = 12
+_FETCH_FIRST_TOPIC_ID = 13
+_INT32 = struct.Struct(">i")
+_ABORTED_CLASSIC = struct.Struct(">qq")
+_ABORTED_FLEXIBLE = struct.Struct(">qqB")  # producer id, first offset, no tagged fields
+_ZERO_TOPIC_ID = b"\x00" * 16
+_FetchTopicResponse = FetchResponse.FetchableTopicResponse
+_FetchPartitionData = _FetchTopicResponse.PartitionData
+_AbortedTransaction = _FetchPartitionData.AbortedTransaction
+
+#: One partition of a Fetch answer: index, error, high watermark, last stable offset, log start
+#: offset, aborted transactions ((producer id, first offset) pairs, or None), records.
+FetchPartition = tuple[int, int, int, int, int, "list[tuple[int, int]] | None",
+                       "bytes | memoryview | None"]
+
+
+class _FetchLayout:
+    """The fixed parts of one Fetch version: the response's head and each partition's fields
+    up to its aborted transactions (and, when those are null, up to its records' length)."""
+
+    __slots__ = ("flexible", "topic_ids", "head", "log_start", "partition",
+                 "partition_null_aborted", "null_aborted_tail", "preferred", "names")
+
+    def __init__(self, version: int) -> None:
+        self.flexible = version >= _FETCH_FIRST_FLEXIBLE
+        self.topic_ids = version >= _FETCH_FIRST_TOPIC_ID
+        self.head = struct.Struct(">ihi" if version >= 7 else ">i")  # throttle[, error, session]
+        self.log_start = version >= 5
+        fixed = ">ihqq" + ("q" if self.log_start else "")  # index, error, hw, lso[, log start]
+        self.preferred = version >= 11
+        self.partition = struct.Struct(fixed)
+        # The same, then a null aborted list and the preferred read replica (-1).
+        self.partition_null_aborted = struct.Struct(
+            fixed + ("B" if self.flexible else "i") + ("i" if self.preferred else ""))
+        self.null_aborted_tail = ((0 if self.flexible else -1),) + ((-1,) if self.preferred else ())
+        self.names: dict[Any, bytes] = {}  # a topic's encoded name or id
+
+    def topic(self, key: Any) -> bytes:
+        """The topic's name (or id from v13), encoded; cached."""
+        head = self.names.get(key)
+        if head is None:
+            if self.topic_ids:
+                head = _ZERO_TOPIC_ID if key is None else key.bytes
+            elif key is None:
+                head = b"\x00" if self.flexible else b"\xff\xff"
+            else:
+                raw = key.encode("utf-8")
+                head = (_uvarint(len(raw) + 1) if self.flexible
+                        else struct.pack(">h", len(raw))) + raw
+            if len(self.names) >= _MAX_NAMES:
+                self.names.clear()
+            self.names[key] = head
+        return head
+
+
+_fetch_layouts: dict[int, _FetchLayout] = {}
+
+
+def _fetch_layout(version: int) -> _FetchLayout:
+    layout = _fetch_layouts.get(version)
+    if layout is None:
+        layout = _fetch_layouts[version] = _FetchLayout(version)
+    return layout
+
+
+class PackedFetchResponse:
+    """A Fetch response packed from its version's fixed layout: no tagged fields, no diverging
+    epoch, no preferred read replica (-1), which is every answer this broker gives.
+
+    ``encode`` gives bytes when no partition has records (the long poll's expiry: the common
+    idle answer), else a gather list: the fixed parts, and each partition's records as they
+    were read (never copied into an encode buffer). The bytes are those kafka-python encodes
+    for ``to_message()`` (tests/unit/test_templates.py compares them at every served version).
+    Reading ``responses`` turns it into that message for good (so code that edits the answer's
+    entries edits what is sent).
+    """
+
+    __slots__ = ("error_code", "session_id", "topics", "by_id", "_message")
+    throttle_time_ms = 0
+
+    def __init__(self, error_code: int, session_id: int,
+                 topics: list[tuple[Any, list[FetchPartition]]], *, by_id: bool) -> None:
+        self.error_code = error_code
+        self.session_id = session_id
+        self.topics = topics  # (topic name, or id when by_id; its partitions), in answer order
+        self.by_id = by_id  # v13 and later name topics by id
+        self._message: FetchResponse | None = None
+
+    def encode(self, version: int) -> bytes | list[bytes | memoryview]:
+        if self._message is not None:
+            return self._message.encode(version=version)
+        layout = _fetch_layout(version)
+        flexible = layout.flexible
+        parts: list[bytes | memoryview] = []
+        out = bytearray(layout.head.pack(0, self.error_code, self.session_id)
+                        if version >= 7 else layout.head.pack(0))
+        topics = self.topics
+        out += _uvarint(len(topics) + 1) if flexible else _INT32.pack(len(topics))
+        for key, partitions in topics:
+            out += layout.topic(key)
+            out += _uvarint(len(partitions) + 1) if flexible else _INT32.pack(len(partitions))
+            for index, error, hw, lso, log_start, aborted, records in partitions:
+                fields = ((index, error, hw, lso, log_start) if layout.log_start
+                          else (index, error, hw, lso))
+                if aborted is None:
+                    out += layout.partition_null_aborted.pack(*fields, *layout.null_aborted_tail)
+                else:
+                    out += layout.partition.pack(*fields)
+                    _pack_aborted(out, aborted, flexible)
+                    if layout.preferred:
+                        out += b"\xff\xff\xff\xff"
+                if records is None:
+                    out += b"\x00" if flexible else b"\xff\xff\xff\xff"
+                else:
+                    n = len(records)
+                    out += _uvarint(n + 1) if flexible else _INT32.pack(n)
+                    if n:
+                        parts.append(bytes(out))
+                        parts.append(records)
+                        out = bytearray()
+                if flexible:
+                    out += b"\x00"  # the partition's tagged fields
+            if flexible:
+                out += b"\x00"  # the topic's tagged fields
+        if flexible:
+            out += b"\x00"  # the response's tagged fields
+        if not parts:
+            return bytes(out)
+        if out:
+            parts.append(bytes(out))
+        return parts
+
+    def to_message(self) -> FetchResponse:
+        """The same response as kafka-python's message."""
+        responses = []
+        for key, partitions in self.topics:
+            data = [_FetchPartitionData(
+                partition_index=index, error_code=error, high_watermark=hw,
+                last_stable_offset=lso, log_start_offset=log_start,
+                aborted_transactions=None if aborted is None else [
+                    _AbortedTransaction(producer_id=pid, first_offset=first)
+                    for pid, first in aborted],
+                preferred_read_replica=-1, records=records)
+                for index, error, hw, lso, log_start, aborted, records in partitions]
+            if self.by_id:
+                responses.append(_FetchTopicResponse(topic_id=key, partitions=data))
+            else:
+                responses.append(_FetchTopicResponse(topic=key, partitions=data))
+        return FetchResponse(throttle_time_ms=0, error_code=self.error_code,
+                             session_id=self.session_id, responses=responses)
+
+    @property
+    def materialized(self) -> bool:
+        """Whether the answer is kafka-python's message now (its entries may have changed)."""
+        return self._message is not None
+
+    @property
+    def message(self) -> FetchResponse:
+        """kafka-python's message, kept: from now on it is what ``encode`` sends."""
+        if self._message is None:
+            self._message = self.to_message()
+        return self._message
+
+    @property
+    def responses(self) -> Any:
+        return self.message.responses
+
+    @staticmethod
+    def decode(data: Any, version: int) -> FetchResponse:
+        """What a client reads from these bytes (or parts): kafka-python's FetchResponse."""
+        if type(data) is list:
+            data = b"".join(data)
+        return FetchResponse.decode(data, version=version)
+
+
+def _pack_aborted(out: bytearray, aborted: list[tuple[int, int]], flexible: bool) -> None:
+    if flexible:
+        out += _uvarint(len(aborted) + 1)
+        for pid, first in aborted:
+            out += _ABORTED_FLEXIBLE.pack(pid, first, 0)
+    else:
+        out += _INT32.pack(len(aborted))
+        for pid, first in aborted:
+            out += _ABORTED_CLASSIC.pack(pid, first)
+
+
 # Responses whose encode() is their own (the request channel encodes any of these as it
 # encodes an ApiMessage).
-TEMPLATES = (SinglePartitionProduceResponse,)
+TEMPLATES = (SinglePartitionProduceResponse, PackedFetchResponse)

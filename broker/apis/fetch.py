@@ -22,14 +22,12 @@ from broker.apis.deferred import answer_later
 from broker.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, CachedPartition, FetchSession
 from broker.replica_manager import FetchResult, PartitionFetch
 from protocol.errors import ErrorCode
+from protocol.templates import FetchPartition, PackedFetchResponse
 
 if TYPE_CHECKING:
     from broker.context import ApiContext
     from broker.network.request import Request
 
-TopicResponse = FetchResponse.FetchableTopicResponse
-PartitionData = TopicResponse.PartitionData
-AbortedTransaction = PartitionData.AbortedTransaction
 ZSTD_FETCH_VERSION = 10  # the first Fetch version whose clients can read zstd
 
 
@@ -60,7 +58,7 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
                                                  req.max_wait_ms, limit=allowance,
                                                  isolation_level=req.isolation_level)
 
-    def respond(res: list[FetchResult]) -> FetchResponse:
+    def respond(res: list[FetchResult]) -> PackedFetchResponse:
         if refused:
             res = _with_refused(res, refused)
         return _response(wanted, res, version, session_id, incremental)
@@ -140,40 +138,29 @@ def _with_refused(results: list[FetchResult], refused: dict[int, ErrorCode]
     return merged
 
 
-def _aborted(r: FetchResult) -> list[AbortedTransaction] | None:
-    if r.aborted is None:
-        return None
-    return [AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
-            for a in r.aborted]
-
-
 def _response(wanted: list[CachedPartition], results: list[FetchResult], version: int,
-              session_id: int, incremental: bool) -> FetchResponse:
-    topics: dict[Any, list[PartitionData]] = {}
+              session_id: int, incremental: bool) -> PackedFetchResponse:
+    topics: dict[Any, list[FetchPartition]] = {}
+    by_id = version >= 13
     for w, r in zip(wanted, results, strict=True):
         error = r.error
-        if error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and version >= 13:
+        if error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and by_id:
             error = ErrorCode.UNKNOWN_TOPIC_ID
         elif error == ErrorCode.KAFKA_STORAGE_ERROR and version <= 5:
             error = ErrorCode.NOT_LEADER_OR_FOLLOWER  # what clients of those versions know
-        changed = (r.records or error != ErrorCode.NONE or r.high_watermark != w.high_watermark
-                   or r.log_start_offset != w.log_start_offset)
-        w.high_watermark, w.log_start_offset = r.high_watermark, r.log_start_offset
+        hw, log_start = r.high_watermark, r.log_start_offset
+        changed = (r.records or error != ErrorCode.NONE or hw != w.high_watermark
+                   or log_start != w.log_start_offset)
+        w.high_watermark, w.log_start_offset = hw, log_start
         if incremental and not changed:
             continue
-        key = w.topic_id if version >= 13 else w.topic
-        topics.setdefault(key, []).append(
-            PartitionData(
-                partition_index=w.index, error_code=error,
-                high_watermark=r.high_watermark, last_stable_offset=r.last_stable_offset,
-                log_start_offset=r.log_start_offset,
-                aborted_transactions=_aborted(r),
-                preferred_read_replica=-1, records=r.records,
-            )
-        )
-    if version >= 13:
-        responses = [TopicResponse(topic_id=k, partitions=v) for k, v in topics.items()]
-    else:
-        responses = [TopicResponse(topic=k, partitions=v) for k, v in topics.items()]
-    return FetchResponse(throttle_time_ms=0, error_code=0, session_id=session_id,
-                         responses=responses)
+        key = w.topic_id if by_id else w.topic
+        aborted = None if r.aborted is None else [
+            (a.producer_id, a.first_offset) for a in r.aborted]
+        partition = (w.index, error, hw, r.last_stable_offset, log_start, aborted, r.records)
+        same_topic = topics.get(key)
+        if same_topic is None:
+            topics[key] = [partition]
+        else:
+            same_topic.append(partition)
+    return PackedFetchResponse(0, session_id, list(topics.items()), by_id=by_id)

@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from broker.metrics import BrokerMetrics, Histogram, RequestStats
 from protocol.errors import ErrorCode
 from protocol.registry import APIS
+from protocol.templates import PackedFetchResponse
 from purgatory import DelayedOperation, ManualClock, Purgatory, Timer
 
 
@@ -132,6 +133,23 @@ def test_fetch_counts_bytes_out_by_topic_and_errors() -> None:
     stats.completed(req, resp, now=1.01)  # type: ignore[arg-type]
     assert m.topic_bytes_out == {"a": 100}
     assert stats.errors == {ErrorCode.OFFSET_OUT_OF_RANGE: 1}
+
+
+def test_a_packed_fetch_answer_counts_the_same() -> None:
+    m = _metrics()
+    req = _request(1, 12)
+    stats = m.stats_for(req)  # type: ignore[arg-type]
+    resp = PackedFetchResponse(0, 0, [("a", [
+        (0, 0, 5, 5, 0, None, b"x" * 100),
+        (1, ErrorCode.OFFSET_OUT_OF_RANGE, 0, 0, 0, None, b""),
+    ])], by_id=False)
+    stats.completed(req, resp, now=1.01)  # type: ignore[arg-type]
+    assert not resp.materialized, "counted from the packed entries, no message built"
+    resp.responses[0].partitions[0].error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+    stats.completed(req, resp, now=1.02)  # type: ignore[arg-type]
+    assert m.topic_bytes_out == {"a": 200}
+    assert stats.errors == {ErrorCode.OFFSET_OUT_OF_RANGE: 2,
+                            ErrorCode.NOT_LEADER_OR_FOLLOWER: 1}
 
 
 def test_exposition_of_a_broker_state() -> None:
