@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import kafka.errors
 import structlog
+from kafka.protocol.api_message import ApiMessage
 from prometheus_client.core import CounterMetricFamily
 
 from protocol.errors import ErrorCode
@@ -452,7 +453,11 @@ def _without(body: Any, drop: Callable[[str | None, int | None], bool]) -> Any:
 
 
 def _merged(response: Any, failed: Any) -> Any:
-    """``failed``'s entries added to ``response``'s (topics merged by their identifiers)."""
+    """``failed``'s entries added to ``response``'s (topics merged by their identifiers). An
+    answer packed from a template (protocol/templates.py) is turned into kafka-python's message
+    first: its entries are read-only views."""
+    if not isinstance(response, ApiMessage):
+        response = response.to_message()
     _merge_into(response, failed)
     return response
 

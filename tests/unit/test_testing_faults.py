@@ -13,7 +13,8 @@ from kafka.protocol.producer import ProduceRequest
 
 from broker.testing import ManualClock, error_response
 from broker.testing.embedded import _with_port, property_name
-from broker.testing.faults import Faults, api_spec, error_code
+from broker.testing.faults import Faults, _merged, api_spec, error_code
+from protocol.templates import SinglePartitionProduceResponse
 
 P = ProduceRequest
 TopicData = P.TopicProduceData
@@ -46,6 +47,20 @@ def test_a_topic_fault_answers_only_its_entries():
                               keep=lambda t, p: t == "t" and p == 1, top_level=False)
     assert [(t.name, [p.index for p in t.partition_responses]) for t in response.responses] \
         == [("t", [1])]
+
+
+@pytest.mark.parametrize("version", [3, 9, 11])
+def test_a_topic_fault_merged_into_a_packed_produce_answer_is_sent(version):
+    """The served partition's answer is packed from a template; the faulted entries merged
+    into it must reach the wire."""
+    failed = error_response(api_spec("Produce"), version, produce_request(version), 6,
+                            keep=lambda t, p: t == "u", top_level=False)
+    served = SinglePartitionProduceResponse("t", 0, 0, 42, -1, 0)
+    response = _merged(served, failed)
+    got = roundtrip(response, version)
+    assert {(t.name, p.index): (p.error_code, p.base_offset)
+            for t in got.responses for p in t.partition_responses} \
+        == {("t", 0): (0, 42), ("u", 0): (6, 0)}
 
 
 @pytest.mark.parametrize("version", [4, 11, 12])
