@@ -117,13 +117,19 @@ class CountingTransport(RecordingTransport):
         self.written.extend(parts)
 
 
-async def test_responses_completed_in_one_iteration_leave_in_one_write() -> None:
+def connected() -> tuple[list[Any], RequestChannel, Connection, CountingTransport]:
+    """A connection on a counting transport whose channel only collects what is submitted."""
     submitted: list[Any] = []
     channel = RequestChannel(1, 10**9, dispatch=lambda r: None)
     channel.submit = submitted.append  # type: ignore[method-assign]
     conn = Connection(channel, serial=False, max_frame=1 << 20)
     transport = CountingTransport()
     conn.connection_made(transport)  # type: ignore[arg-type]
+    return submitted, channel, conn, transport
+
+
+async def test_responses_completed_in_one_iteration_leave_in_one_write() -> None:
+    submitted, channel, conn, transport = connected()
     conn.data_received(frame(1) + frame(2) + frame(3))
     held = channel.queued_bytes
     conn.finish(submitted[1], b"2")
@@ -138,12 +144,7 @@ async def test_responses_completed_in_one_iteration_leave_in_one_write() -> None
 
 
 async def test_close_writes_the_answers_already_completed_first() -> None:
-    submitted: list[Any] = []
-    channel = RequestChannel(1, 10**9, dispatch=lambda r: None)
-    channel.submit = submitted.append  # type: ignore[method-assign]
-    conn = Connection(channel, serial=False, max_frame=1 << 20)
-    transport = CountingTransport()
-    conn.connection_made(transport)  # type: ignore[arg-type]
+    submitted, channel, conn, transport = connected()
     conn.data_received(frame(1) + frame(2))
     conn.finish(submitted[0], b"1")
     conn.close("bad input after a good request")
@@ -225,12 +226,7 @@ def test_frames_and_responses_over_a_real_socket(loop_name: str, tls: bool,
 async def test_flush_responses_writes_the_ready_batch_within_the_iteration() -> None:
     from broker.network.connection import flush_responses
 
-    submitted: list[Any] = []
-    channel = RequestChannel(1, 10**9, dispatch=lambda r: None)
-    channel.submit = submitted.append  # type: ignore[method-assign]
-    conn = Connection(channel, serial=False, max_frame=1 << 20)
-    transport = CountingTransport()
-    conn.connection_made(transport)  # type: ignore[arg-type]
+    submitted, channel, conn, transport = connected()
     conn.data_received(frame(1) + frame(2))
     conn.finish(submitted[0], b"1")
     conn.finish(submitted[1], b"2")
