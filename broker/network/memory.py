@@ -8,8 +8,10 @@ broker hold its responses without bound; and no connection may hold more than it
 whole budget while others wait.
 
 Invariant: ``used`` is the sum of every connection's ``held_bytes``; a connection holding more
-than its share, or any connection while ``used`` is over the budget, is muted (MEMORY) and
-read again once both are back under.
+than its share is muted (MEMORY) and read again once it is back under. Only connections over
+their share can take ``used`` past the budget (a Fetch answers its first batch even past the
+allowance, as Kafka does), so they alone are muted for it: a calm connection within its share
+is never starved by clients that stopped reading.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ class MemoryBudget:
             self.holders += 1
         conn.held_bytes += size
         self.used += size
-        if self.bounded and (self.used > self.max_bytes or conn.held_bytes > self.share()):
+        if self.bounded and conn.held_bytes > self.share():
             self.muted.add(conn)
             conn.set_mute(MuteReason.MEMORY)
 
@@ -64,7 +66,7 @@ class MemoryBudget:
         self.used -= size
         if conn.held_bytes == 0:
             self.holders -= 1
-        if self.muted and self.used <= self.max_bytes:
+        if self.muted:
             share = self.share()
             for c in [c for c in self.muted if c.held_bytes <= share]:
                 self.muted.discard(c)

@@ -97,6 +97,28 @@ async def test_a_client_that_does_not_read_keeps_its_responses_counted_and_is_mu
     await channel.stop()
 
 
+async def test_a_calm_connection_is_read_while_others_hold_the_budget_past_their_share() -> None:
+    """Clients that never read can take the total past the budget (a fetch's first batch goes
+    out past the allowance); a connection within its share is still read and answered."""
+    channel = RequestChannel(1, 1000, answer)
+    greedy = [connect(channel)[0] for _ in range(3)]
+    for g in greedy:
+        channel.hold(g, 1)  # three holders: a share of 333 each
+    for g in greedy:
+        channel.hold(g, 700)  # each far past its share: the broker holds 2103 of 1000
+    assert all(g.mute & MuteReason.MEMORY for g in greedy)
+    calm, tc = connect(channel)
+    calm.data_received(frame(1))
+    assert channel.memory.used > channel.max_queued_bytes
+    assert not calm.mute & MuteReason.MEMORY and not tc.paused
+    channel.start()
+    for _ in range(50):
+        await asyncio.sleep(0)
+    await channel.stop()
+    assert calm.held_bytes == 0 and tc.written  # answered
+    assert all(g.mute & MuteReason.MEMORY for g in greedy)  # still over their share
+
+
 async def test_fetch_allowance_is_the_share_left() -> None:
     channel = RequestChannel(1, 1000, answer)
     a, _ = connect(channel)
