@@ -75,7 +75,7 @@ _PARSE, _CONSUMED, _STOP = 0, 1, 2
 
 
 class MuteReason(IntFlag):
-    MEMORY = 1  # over its share of queued.max.request.bytes, or the broker over the whole
+    MEMORY = 1  # over its share of queued.max.request.bytes
     INFLIGHT = 2  # this connection has too many requests in flight
     SERIAL = 4  # serial mode: one request at a time, as Kafka's processor does
     SHUTDOWN = 8  # the broker is draining: no new requests
