@@ -7,7 +7,8 @@ against the armed faults, oldest first, and the first that matches acts on it:
   request: every error code of the response carries the error (Kafka's getErrorResponse) and
   the entries mirror the request's (the topics and partitions asked about). With a topic (and
   partition) the fault matches only requests naming it, and only its entries get the error;
-  the rest of the request is served as usual;
+  the rest of the request is served as usual. An entry that names its topic by id (Fetch v13
+  and later) is matched by the name the broker's metadata gives that id;
 - a delay fault serves the request at once and holds its answer back (the connection's later
   answers wait behind it, as on a slow broker); processing order is never changed, so an
   idempotent producer's sequence stays intact;
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -42,6 +44,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger("broker.testing")
 
 Dispatch = Callable[["Request"], "HandlerResult"]
+#: A topic id's name, or None for an id the broker does not know.
+TopicNames = Callable[[uuid.UUID], "str | None"]
 
 # Field names that identify an entry, by what they name (a topic is "name" in one API and
 # "topic" in the next). Only these are copied from a request entry into its error entry.
@@ -97,12 +101,13 @@ class Fault:
     ms: float = 0.0
     after: int = 0  # drop: requests still let through first
 
-    def matches(self, request: Request) -> bool:
+    def matches(self, request: Request, names: TopicNames | None = None) -> bool:
         if self.api is not None and request.spec.key != self.api.key:
             return False
         if self.topic is None or request.body is None:
             return True
-        return any(_entry_matches(self, t, p) for t, p in _topic_partitions(request.body))
+        return any(_entry_matches(self, t, p)
+                   for t, p in _topic_partitions(request.body, request.version, names))
 
 
 class Faults:
@@ -148,11 +153,11 @@ class Faults:
             self._faults.append(fault)
         return fault
 
-    def _take(self, request: Request) -> Fault | None:
+    def _take(self, request: Request, names: TopicNames | None) -> Fault | None:
         """The first armed fault for this request, its count moved on (gone at zero)."""
         with self._lock:
             for fault in self._faults:
-                if not fault.matches(request):
+                if not fault.matches(request, names):
                     continue
                 if fault.kind == "drop" and fault.after > 0:
                     fault.after -= 1
@@ -168,12 +173,13 @@ class Faults:
     def __call__(self, request: Request, dispatch: Dispatch) -> HandlerResult:
         if not self._faults:
             return dispatch(request)
-        fault = self._take(request)
+        names = _topic_names(dispatch)
+        fault = self._take(request, names)
         if fault is None:
             return dispatch(request)
         self._fired(fault, request)
         if fault.kind == "error":
-            return self._error(fault, request, dispatch)
+            return self._error(fault, request, dispatch, names)
         if fault.kind == "delay":
             return self._delayed(dispatch(request), fault.ms / 1000)
         return self._drop(request)
@@ -191,14 +197,16 @@ class Faults:
             fields["ms"] = fault.ms
         log.warning("fault injected", **fields)
 
-    def _error(self, fault: Fault, request: Request, dispatch: Dispatch) -> HandlerResult:
+    def _error(self, fault: Fault, request: Request, dispatch: Dispatch,
+               names: TopicNames | None) -> HandlerResult:
         body = request.body
         if fault.topic is None or body is None or not request.expects_response:
             return None if not request.expects_response else error_response(
                 request.spec, request.version, body, fault.error)
         failed = error_response(request.spec, request.version, body, fault.error,
-                                keep=lambda t, p: _entry_matches(fault, t, p), top_level=False)
-        rest = _without(body, lambda t, p: _entry_matches(fault, t, p))
+                                keep=lambda t, p: _entry_matches(fault, t, p), top_level=False,
+                                names=names)
+        rest = _without(body, request.version, lambda t, p: _entry_matches(fault, t, p), names)
         if rest is None:
             return failed
         served = dispatch(request)  # the request now names only the entries left to serve
@@ -260,17 +268,26 @@ async def _then(result: Any, convert: Callable[[Any], Any]) -> Any:
 
 def error_response(spec: ApiSpec, version: int, body: Any, code: int, *,
                    keep: Callable[[str | None, int | None], bool] | None = None,
-                   top_level: bool = True) -> Any:
+                   top_level: bool = True, names: TopicNames | None = None) -> Any:
     """``spec``'s response for ``version`` answering ``body`` with ``code``: every error code
     set, every entry of the request mirrored (only those ``keep(topic, partition)`` accepts,
-    and no top-level error when ``top_level`` is false)."""
+    and no top-level error when ``top_level`` is false). ``names`` names the topic of an entry
+    that gives only its id, for ``keep``; the answer mirrors the id as the request gave it."""
     response_cls = spec.response
-    fields = _fill(response_cls, version, body, code, keep, top_level, {})
+    fields = _fill(response_cls, version, body, code, _Keep(keep, names), top_level, {})
     return response_cls(version=version, **fields)
 
 
-def _fill(cls: Any, version: int, source: Any, code: int,
-          keep: Callable[[str | None, int | None], bool] | None, errors: bool,
+@dataclass(frozen=True, slots=True)
+class _Keep:
+    """Which entries an error answer keeps: ``accepts(topic, partition)`` (None: all), the
+    topic of an entry naming only its id resolved by ``names``."""
+
+    accepts: Callable[[str | None, int | None], bool] | None
+    names: TopicNames | None
+
+
+def _fill(cls: Any, version: int, source: Any, code: int, keep: _Keep, errors: bool,
           ids: dict[str, Any]) -> dict[str, Any]:
     """The fields of one ``cls`` (the response, or one of its entry classes)."""
     out: dict[str, Any] = {}
@@ -290,8 +307,7 @@ def _fill(cls: Any, version: int, source: Any, code: int,
     return out
 
 
-def _entries(cls: Any, version: int, source: Any, code: int,
-             keep: Callable[[str | None, int | None], bool] | None,
+def _entries(cls: Any, version: int, source: Any, code: int, keep: _Keep,
              ids: dict[str, Any]) -> list[Any]:
     """One ``cls`` entry per entry of the request array that best matches it."""
     field = cls._struct
@@ -304,6 +320,8 @@ def _entries(cls: Any, version: int, source: Any, code: int,
         entry_ids = dict(ids)
         if match.is_struct_array():
             entry_ids.update(_ids_of(value))
+            if _names_topic(value, version):
+                entry_ids[_NAMED] = _topic_of(value, version, keep.names)
         else:
             ident = _scalar_identifier(field, match)
             if ident is None:
@@ -311,7 +329,8 @@ def _entries(cls: Any, version: int, source: Any, code: int,
             entry_ids[ident] = value
         fields = _fill(cls, version, value if match.is_struct_array() else None, code, keep,
                        True, entry_ids)
-        if keep is not None and not _kept(field, version, fields, entry_ids, keep):
+        if keep.accepts is not None and not _kept(field, version, fields, entry_ids,
+                                                  keep.accepts):
             continue
         out.append(cls(**fields))
     return out
@@ -321,13 +340,14 @@ def _kept(field: Any, version: int, fields: dict[str, Any], ids: dict[str, Any],
           keep: Callable[[str | None, int | None], bool]) -> bool:
     """A partition entry is kept when ``keep`` says so; a topic entry when any of its
     partitions was, or (without partitions) when ``keep(topic, None)`` says so."""
+    topic = ids[_NAMED] if _NAMED in ids else ids.get("topic")
     if "partition" in ids:
-        return keep(ids.get("topic"), ids["partition"])
+        return keep(topic, ids["partition"])
     nested = [fields[f.name] for f in field._fields
               if f.for_version_q(version) and f.is_struct_array() and f.name in fields]
     if any(nested):
         return True
-    return keep(ids.get("topic"), None)
+    return keep(topic, None)
 
 
 def _matching_array(field: Any, version: int, source: Any) -> Any:
@@ -383,12 +403,13 @@ def _ids_of(entry: Any) -> dict[str, Any]:
 
 # -- the entries a request names -----------------------------------------------------------------
 
-def _topic_partitions(body: Any) -> Iterable[tuple[str | None, int | None]]:
+def _topic_partitions(body: Any, version: int, names: TopicNames | None
+                      ) -> Iterable[tuple[str | None, int | None]]:
     """(topic, partition) of every entry of the request, (topic, None) for a topic without
     partitions."""
     for topics in _topic_arrays(body):
         for t in topics:
-            topic = _ids_of(t).get("topic")
+            topic = _topic_of(t, version, names)
             partitions = list(_partitions_of(t))
             if not partitions:
                 yield topic, None
@@ -419,13 +440,54 @@ def _partitions_of(topic_entry: Any) -> Iterable[int]:
             yield from values
 
 
+# The key under which an entry's ids carry the topic's name as resolved (not an identifier
+# field: never copied into an answer).
+_NAMED = " named"
+
+
+def _names_topic(entry: Any, version: int) -> bool:
+    return any(_CANONICAL.get(f.name) == "topic" or f.name == "topic_id"
+               for f in entry._struct._fields if f.for_version_q(version) and not f.is_array())
+
+
+def _topic_of(entry: Any, version: int, names: TopicNames | None) -> str | None:
+    """The topic a request entry names: its name at ``version``, or, for an entry that gives
+    only an id (Fetch v13 and later, a Metadata or DeleteTopics entry by id), the id's name."""
+    name = topic_id = None
+    for f in entry._struct._fields:
+        if f.is_array() or not f.for_version_q(version):
+            continue
+        if f.name == "topic_id":
+            topic_id = getattr(entry, f.name, None)
+        elif _CANONICAL.get(f.name) == "topic" and name is None:
+            name = getattr(entry, f.name, None)
+    if name is None and topic_id is not None and names is not None:
+        return names(topic_id)
+    return name
+
+
+def _topic_names(dispatch: Dispatch) -> TopicNames | None:
+    """Topic ids named from the metadata of the broker whose dispatch the filter is handed
+    (Broker._handle, bound to its broker); None for a dispatch with no broker behind it."""
+    metadata = getattr(getattr(dispatch, "__self__", None), "metadata", None)
+    by_id = getattr(metadata, "by_id", None)
+    if by_id is None:
+        return None
+
+    def name(topic_id: uuid.UUID) -> str | None:
+        info = by_id.get(topic_id)
+        return info.name if info is not None else None
+    return name
+
+
 def _entry_matches(fault: Fault, topic: str | None, partition: int | None) -> bool:
     if topic != fault.topic:
         return False
     return fault.partition is None or partition is None or partition == fault.partition
 
 
-def _without(body: Any, drop: Callable[[str | None, int | None], bool]) -> Any:
+def _without(body: Any, version: int, drop: Callable[[str | None, int | None], bool],
+             names: TopicNames | None) -> Any:
     """Takes the entries ``drop`` names out of the request, in place; returns the request, or
     None when nothing is left to serve."""
     left = 0
@@ -434,7 +496,7 @@ def _without(body: Any, drop: Callable[[str | None, int | None], bool]) -> Any:
             continue
         kept_topics = []
         for t in getattr(body, f.name, None) or []:
-            topic = _ids_of(t).get("topic")
+            topic = _topic_of(t, version, names)
             for g in t._struct._fields:
                 values = getattr(t, g.name, None) if g.is_array() else None
                 if not values:

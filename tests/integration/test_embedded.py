@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from prometheus_client.parser import text_string_to_metric_families
 
 from broker.testing import EmbeddedBroker
 
@@ -118,6 +119,57 @@ def test_fired_faults_are_served_as_metrics(tmp_path):
         body = urllib.request.urlopen(broker.metrics_url, timeout=10).read().decode()
         assert 'minibroker_faults_injected_total{api="Metadata",kind="error"} 1.0' in body
 
+
+
+def test_a_topic_fault_fires_on_fetches_naming_topic_ids(tmp_path):
+    """librdkafka fetches at v13 or later, which name topics by id: a fault on one topic
+    answers its partition with the error while the other topic of the same fetch is served."""
+    with EmbeddedBroker(tmp_path, metrics_listener="http://127.0.0.1:0/metrics") as broker:
+        bootstrap = broker.bootstrap_servers
+        for topic in ("faulted", "served"):
+            assert produce(bootstrap, topic, 3) == [None] * 3
+        broker.inject_errors("Fetch", "TOPIC_AUTHORIZATION_FAILED", count=None, topic="faulted")
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "f",
+                             "enable.auto.commit": False})
+        consumer.assign([TopicPartition("faulted", 0, 0), TopicPartition("served", 0, 0)])
+        try:
+            got, errors = _poll(consumer, lambda got, errors: len(got) == 3 and errors)
+            assert got == [("served", f"m{i}".encode()) for i in range(3)]
+            assert ("faulted", KafkaError.TOPIC_AUTHORIZATION_FAILED) in errors
+            assert {topic for topic, _ in errors} == {"faulted"}
+            assert broker.metrics_url is not None
+            body = urllib.request.urlopen(broker.metrics_url, timeout=10).read().decode()
+            versions = [int(sample.labels["version"])
+                        for family in text_string_to_metric_families(body)
+                        for sample in family.samples
+                        if sample.name == "minibroker_request_errors_total"
+                        and sample.labels["api"] == "Fetch"
+                        and sample.labels["error"] == "TOPIC_AUTHORIZATION_FAILED"]
+            assert versions and min(versions) >= 13, "the fault answered fetches naming ids"
+            fired = broker.fault_counts[("error", "Fetch")]
+            assert fired >= 1
+            broker.clear_faults()
+            got, _ = _poll(consumer, lambda got, errors: len(got) == 3)
+            assert got == [("faulted", f"m{i}".encode()) for i in range(3)]
+            assert broker.fault_counts[("error", "Fetch")] == fired
+        finally:
+            consumer.close()
+
+
+def _poll(consumer: Consumer, done, timeout: float = 30.0) -> tuple[list, list]:
+    """Records as (topic, value) and errors as (topic, code) until ``done(records, errors)``."""
+    got: list = []
+    errors: list = []
+    deadline = time.monotonic() + timeout
+    while not done(got, errors) and time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        if msg is None:
+            continue
+        if msg.error() is not None:
+            errors.append((msg.topic(), msg.error().code()))
+        else:
+            got.append((msg.topic(), msg.value()))
+    return got, errors
 
 def test_start_figure(tmp_path):
     """Empty data dir to listening, in process (the figure docs/testing.md quotes)."""

@@ -4,6 +4,9 @@ faults accept, the manual clock's due-now callbacks, keyword arguments as proper
 from __future__ import annotations
 
 import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka.protocol.admin import DeleteTopicsRequest
@@ -11,10 +14,13 @@ from kafka.protocol.consumer import FetchRequest, OffsetFetchRequest
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
+from broker.metadata import MetadataStore
+from broker.network.request import Request
 from broker.testing import ManualClock, error_response
 from broker.testing.embedded import _with_port, property_name
 from broker.testing.faults import Faults, _merged, api_spec, error_code
-from protocol.templates import SinglePartitionProduceResponse
+from protocol.framing import RequestHeaderView
+from protocol.templates import PackedFetchResponse, SinglePartitionProduceResponse
 
 P = ProduceRequest
 TopicData = P.TopicProduceData
@@ -74,6 +80,78 @@ def test_fetch_error_is_top_level_and_per_partition(version):
     assert [(p.partition_index, p.error_code) for p in topic.partitions] == [(2, 6)]
     if version >= 7:
         assert response.error_code == 6
+
+
+class _Broker:
+    """What the fault filter is handed: the dispatch of a broker holding the topics' metadata."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.metadata = MetadataStore(tmp_path)
+        self.metadata.load()
+        self.served: list[tuple[str, int]] = []
+
+    def handle(self, request: Request) -> PackedFetchResponse:
+        """Every partition asked for, served without error (high watermark 10)."""
+        by_id = request.version >= 13
+        topics = []
+        for t in request.body.topics:
+            name = self.metadata.by_id[t.topic_id].name if by_id else t.topic
+            self.served += [(name, p.partition) for p in t.partitions]
+            topics.append((t.topic_id if by_id else t.topic,
+                           [(p.partition, 0, 10, 10, 0, None, b"") for p in t.partitions]))
+        return PackedFetchResponse(0, 0, topics, by_id=by_id)
+
+
+def fetch_request(version: int, topics: dict[str, tuple[uuid.UUID, list[int]]]) -> Request:
+    """A Fetch naming each topic by name (v12 and before) or by id (v13 and later)."""
+    F = FetchRequest
+    entries = [F.FetchTopic(**({"topic_id": tid} if version >= 13 else {"topic": name}),
+                            partitions=[F.FetchTopic.FetchPartition(partition=p, fetch_offset=0,
+                                                                    partition_max_bytes=1024)
+                                        for p in partitions])
+               for name, (tid, partitions) in topics.items()]
+    body = F(version=version, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, topics=entries)
+    wire = body.encode(version=version)
+    return Request(connection=None, header=RequestHeaderView(1, version, 7, "c"),  # type: ignore[arg-type]
+                   spec=api_spec("Fetch"), body=F.decode(wire, version=version),
+                   expects_response=True, size=len(wire), received=0.0)
+
+
+@pytest.mark.parametrize("version", [12, 13, 16])
+@pytest.mark.parametrize("partition", [None, 1])
+def test_a_topic_fault_matches_a_fetch_by_name_or_by_topic_id(tmp_path, version, partition):
+    """From v13 a Fetch names topics by id only: the fault names the topic as the broker's
+    metadata does, answers only its entries (under the topic's id), and the rest is served."""
+    broker = _Broker(tmp_path)
+    t, u = broker.metadata.add("t", 2, {}), broker.metadata.add("u", 1, {})
+    faults = Faults()
+    faults.inject_errors("Fetch", "NOT_LEADER_OR_FOLLOWER", count=1, topic="t",
+                         partition=partition)
+    request = fetch_request(version, {"t": (t.topic_id, [0, 1]), "u": (u.topic_id, [0])})
+    answer = faults(request, broker.handle)
+    assert faults.counts == {("error", "Fetch"): 1}
+    faulted = {("t", 0), ("t", 1)} if partition is None else {("t", 1)}
+    assert set(broker.served) == {("t", 0), ("t", 1), ("u", 0)} - faulted
+    got = roundtrip(answer, version)
+    assert got.error_code == 0
+    names = {t.topic_id: "t", u.topic_id: "u"}
+    keys = [names[r.topic_id] if version >= 13 else r.topic for r in got.responses]
+    assert sorted(keys) == ["t", "u"], "one entry per topic, served and faulted merged"
+    errors = {(key, p.partition_index): p.error_code
+              for key, r in zip(keys, got.responses, strict=True) for p in r.partitions}
+    assert errors == {tp: 6 if tp in faulted else 0 for tp in [("t", 0), ("t", 1), ("u", 0)]}
+
+
+@pytest.mark.parametrize("version", [12, 13])
+def test_a_topic_fault_passes_a_fetch_of_other_topics(tmp_path, version):
+    broker = _Broker(tmp_path)
+    u = broker.metadata.add("u", 1, {})
+    broker.metadata.add("t", 1, {})
+    faults = Faults()
+    faults.inject_errors("Fetch", 6, count=1, topic="t")
+    answer: Any = faults(fetch_request(version, {"u": (u.topic_id, [0])}), broker.handle)
+    assert faults.counts == {} and len(faults.armed) == 1
+    assert broker.served == [("u", 0)] and isinstance(answer, PackedFetchResponse)
 
 
 def test_layouts_of_other_apis():
