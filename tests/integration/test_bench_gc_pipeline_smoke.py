@@ -1,5 +1,6 @@
-"""bench.pipeline's saturation mode and plot, and bench.gc, end to end on tiny loads: each prints
-well-formed JSON lines with the fields docs/benchmarks.md quotes, so neither rots."""
+"""bench.pipeline's saturation mode and plot, its storage ceiling, and bench.gc, end to end on
+tiny loads: each prints well-formed JSON lines with the fields docs/benchmarks.md quotes, so
+none of them rots."""
 
 from __future__ import annotations
 
@@ -35,6 +36,27 @@ def test_pipeline_saturation_rows_and_plot(tmp_path):
             assert summary[f"pooled_{p}_ms_{mode}"] > 0
     assert summary["median_paired_p99_ms_pipelined_over_serial"] > 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Each run's CPU: the producer's, the broker's (/proc counts in 10 ms ticks, so a tiny run
+    # may show none), and how busy both kept the cores.
+    for r in offered:
+        assert r["client_cpu_s"] > 0 and r["broker_cpu_s"] >= 0
+        assert 0 < r["box_busy"] <= 1.05
+
+
+def test_pipeline_storage_ceiling():
+    rows = _rows(["-m", "bench.pipeline", "--json", "--scenario", "storage", "--records", "64",
+                  "--record-size", "65536", "--batch-size", "262144", "--repeat", "2"], 120)
+    runs = [r for r in rows if r["scenario"] == "storage"]
+    assert sorted(r["mode"] for r in runs) == ["overlapped", "overlapped", "serial", "serial"]
+    for r in runs:
+        assert r["chunks"] == 16 and r["mb_per_s"] > 0
+        # Serial fsyncs every chunk; overlapped fsyncs at most that often (a group commit).
+        assert 1 <= r["fsyncs"] <= 16
+        assert r["fsyncs"] == 16 or r["mode"] == "overlapped"
+    summary = rows[-1]
+    assert summary["scenario"] == "storage_ceiling"
+    assert summary["ceiling_ratio_overlapped_over_serial"] == round(
+        summary["median_mb_per_s_overlapped"] / summary["median_mb_per_s_serial"], 3)
 
 
 def test_gc_policies_ab(tmp_path):
