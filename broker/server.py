@@ -22,9 +22,7 @@ request parameters, and a parked fetch holds back every later answer on its conn
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
-import os
 import socket
 import ssl
 from collections.abc import Callable
@@ -336,25 +334,8 @@ class Broker:
             await self.metrics_server.stop()
         if self.replica_manager is not None:
             self.replica_manager.shutdown()
-        _abandon_logs(self.log_manager)
+        self.log_manager.abandon()
         log.warning("broker crashed on purpose")
-
-
-def _abandon_logs(manager: LogManager) -> None:
-    """Close every log's files without writing (Log._close_files) and release the dir locks,
-    leaving no checkpoint and no clean-shutdown marker behind."""
-    if manager.cleaner is not None:
-        manager.cleaner.shutdown()
-    # The dir writers finish what is queued (a crash may or may not have lost it; nothing
-    # queued was acknowledged) before their files close under them.
-    for writer in getattr(manager, "writers", {}).values():
-        writer.close()
-    for log_ in list(manager.logs.values()):
-        log_._close_files()
-    for fd in manager._lock_fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)  # closing the fd drops its flock
-    manager._lock_fds = []
 
 
 class _TlsListener:

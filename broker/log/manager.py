@@ -370,6 +370,25 @@ class LogManager:
             os.close(fd)
         self._lock_fds = []
 
+    def abandon(self) -> None:
+        """Let go of the logs as a killed process does: files closed without writing, no
+        checkpoint, no clean-shutdown marker, so the next start on these dirs recovers them.
+
+        The cleaner stops first and the dir writers drain what is queued (a crash may or may
+        not have lost it; nothing queued was acknowledged) before the files close under them.
+        The dir locks are released, so another manager can open the dirs.
+        """
+        if self.cleaner is not None:
+            self.cleaner.shutdown()
+        for writer in self.writers.values():
+            writer.close()
+        for log in list(self.logs.values()):
+            log._close_files()
+        for fd in self._lock_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)  # closing the fd drops its flock
+        self._lock_fds = []
+
     @staticmethod
     def _write_clean_shutdown_marker(log_dir: Path) -> None:
         marker = log_dir / CLEAN_SHUTDOWN_FILE
