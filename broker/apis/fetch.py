@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kafka.protocol.consumer import FetchResponse
-
 from broker.acl import AclOperation, ResourceType
 from broker.apis.authorize import filter_allowed
 from broker.apis.deferred import answer_later
@@ -36,7 +34,8 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     version = request.version
     session, wanted, error = _session_context(ctx, req, version)
     if error != ErrorCode.NONE:
-        return FetchResponse(throttle_time_ms=0, error_code=error, session_id=0, responses=[])
+        # The top-level error alone: no session, no topics (the client starts a new session).
+        return PackedFetchResponse(error, 0, [], by_id=version >= 13)
     incremental = session is not None and req.session_epoch > INITIAL_EPOCH
     session_id = session.session_id if session is not None else 0
     refused: dict[int, ErrorCode] = {}

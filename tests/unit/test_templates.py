@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import random
 import uuid
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from kafka.protocol.consumer import FetchResponse
+from kafka.protocol.consumer import FetchRequest, FetchResponse
 
+from broker.apis.fetch import handle as handle_fetch
+from broker.fetch_session import FetchSessionCache
+from protocol.errors import ErrorCode
 from protocol.registry import APIS, FETCH_KEY, PRODUCE_KEY
 from protocol.templates import FetchPartition, PackedFetchResponse, SinglePartitionProduceResponse
 
@@ -111,3 +115,40 @@ def test_it_reads_as_a_fetch_response_and_edits_stick() -> None:
     p.error_code = 6  # code that edits the answer's entries (fault injection) edits what is sent
     assert FetchResponse.decode(answer.encode(12), version=12).responses[0].partitions[0] \
         .error_code == 6
+
+
+SESSION_ERRORS = [ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH]
+
+
+def _kafka_python_session_error(error: int, version: int) -> bytes:
+    """The session-error answer as kafka-python's generic encoder writes it."""
+    return bytes(FetchResponse(throttle_time_ms=0, error_code=error, session_id=0,
+                               responses=[]).encode(version=version))
+
+
+@pytest.mark.parametrize("version", FETCH_VERSIONS)
+@pytest.mark.parametrize("error", SESSION_ERRORS, ids=lambda e: e.name)
+def test_the_session_error_answer_matches_kafka_python(version: int, error: ErrorCode) -> None:
+    """A top-level error, no session and no topics."""
+    answer = PackedFetchResponse(error, 0, [], by_id=version >= 13)
+    assert answer.encode(version) == _kafka_python_session_error(error, version)
+
+
+@pytest.mark.parametrize("version", range(7, FETCH.max_version + 1))  # sessions start at v7
+def test_the_fetch_handler_packs_its_session_errors(version: int) -> None:
+    ctx = SimpleNamespace(fetch_sessions=FetchSessionCache(),
+                          topics=SimpleNamespace(metadata=SimpleNamespace(by_id={})))
+    session = ctx.fetch_sessions.create({})
+    assert session is not None
+
+    def fetch(session_id: int, epoch: int) -> Any:
+        body = FetchRequest(version=version, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
+                            session_id=session_id, session_epoch=epoch, topics=[],
+                            forgotten_topics_data=[])
+        return handle_fetch(ctx, SimpleNamespace(body=body, version=version))  # type: ignore[arg-type]
+
+    unknown = fetch(session.session_id + 1, 1)
+    stale = fetch(session.session_id, session.epoch + 1)
+    for answer, error in zip((unknown, stale), SESSION_ERRORS, strict=True):
+        assert type(answer) is PackedFetchResponse, "packed from the template"
+        assert answer.encode(version) == _kafka_python_session_error(error, version)
