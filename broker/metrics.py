@@ -29,19 +29,19 @@ import gzip
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 import structlog
-from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
-from prometheus_client.core import (
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.metrics_core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
 )
-from prometheus_client.exposition import choose_encoder, gzip_accepted
-from prometheus_client.registry import Collector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector, CollectorRegistry
 
 from protocol.errors import ErrorCode
 from protocol.registry import APIS, FETCH_KEY, PRODUCE_KEY
@@ -356,11 +356,18 @@ class BrokerMetrics:
         return RequestStats(spec.name, version, timings, counter)
 
     def exposition(self, accept: str = "") -> tuple[bytes, str]:
+        # Imported at the first scrape: prometheus_client's exposition module brings its HTTP,
+        # WSGI and push-gateway clients (a few MB) that a broker nobody scrapes never needs.
+        from prometheus_client.exposition import choose_encoder
+
         encoder, content_type = choose_encoder(accept)
         return encoder(self.registry), content_type
 
 
 def _version() -> str:
+    # importlib.metadata (and the email and zip parsers under it) loads at the first scrape.
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("mini-broker")
     except PackageNotFoundError:
@@ -372,10 +379,12 @@ class BrokerCollector(Collector):
 
     def __init__(self, metrics: BrokerMetrics) -> None:
         self.metrics = metrics
-        self.version = _version()
+        self.version: str | None = None  # read at the first scrape
 
     def collect(self) -> Iterator[Metric]:
         m = self.metrics
+        if self.version is None:
+            self.version = _version()
         info = GaugeMetricFamily(f"{PREFIX}_build_info", "mini-broker version (always 1).",
                                  labels=["version", "node_id"])
         info.add_metric([self.version, str(m.node_id)], 1)
@@ -856,6 +865,8 @@ class MetricsServer:
         body, ctype = self.metrics.exposition(headers.get("accept", ""))
         self.scrapes += 1
         log.debug("scrape", bytes=len(body), ms=round((time.monotonic() - started) * 1000, 2))
+        from prometheus_client.exposition import gzip_accepted  # loaded by exposition() above
+
         if gzip_accepted(headers.get("accept-encoding", "")):
             return "200 OK", ctype, gzip.compress(body, compresslevel=1), [
                 "Content-Encoding: gzip"]

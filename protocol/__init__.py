@@ -1,1 +1,5 @@
 """protocol."""
+
+from protocol import deferred_imports
+
+deferred_imports.install()
