@@ -11,7 +11,6 @@ import re
 import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -605,6 +604,8 @@ def _java_double(x: float) -> str:
         return "Infinity" if x > 0 else "-Infinity"
     if x == 0 or 1e-3 <= abs(x) < 1e7:
         return repr(x)  # Python's shortest digits, plain notation in this range as Java's
+    from decimal import Decimal  # about 0.4 MB, for the rare double printed in E notation
+
     exact = Decimal(repr(x))
     digits = "".join(map(str, exact.as_tuple().digits)).rstrip("0") or "0"
     sign = "-" if x < 0 else ""

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import hashlib
 import os
 import struct
 import threading
@@ -173,6 +172,19 @@ class _RunStats:
 
 
 # -- the offset map --------------------------------------------------------------------------
+def _md5(key: bytes) -> bytes:
+    """A long key's MD5. hashlib (OpenSSL's digests, about 0.6 MB) is imported at the first
+    long key a clean meets, not at start; then this name is the digest function itself."""
+    global _md5
+    import hashlib
+
+    def md5(key: bytes) -> bytes:
+        return hashlib.md5(key, usedforsecurity=False).digest()
+
+    _md5 = md5
+    return md5(key)
+
+
 class OffsetMap:
     """Key -> offset of its latest record in the dirty section (Kafka's SkimpyOffsetMap).
 
@@ -201,7 +213,7 @@ class OffsetMap:
 
     @staticmethod
     def _digest(key: bytes) -> bytes:
-        return key if len(key) < 16 else hashlib.md5(key, usedforsecurity=False).digest()
+        return key if len(key) < 16 else _md5(key)
 
     def put(self, key: bytes, offset: int) -> bool:
         """Map ``key`` to ``offset``; False (nothing stored) when full and ``key`` is new."""

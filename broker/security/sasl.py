@@ -20,9 +20,7 @@ password, token or jaas text is ever logged.
 from __future__ import annotations
 
 import base64
-import hmac
 import re
-import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -180,6 +178,8 @@ class PlainServer:
         if not password:
             raise SaslAuthenticationError("Authentication failed: password not specified")
         expected = self._users.get(username)
+        import hmac  # with hashlib (about 0.6 MB), at the first SASL/PLAIN login
+
         if expected is None or not hmac.compare_digest(password.encode(), expected.encode()):
             raise SaslAuthenticationError("Authentication failed: Invalid username or password")
         if authzid and authzid != username:
@@ -216,6 +216,8 @@ def _username(saslname: str) -> str:
 
 def _nonce() -> str:
     """Kafka's server nonce: 130 random bits in base 36."""
+    import secrets  # with hashlib (about 0.6 MB), at the first SCRAM exchange
+
     n = secrets.randbits(130)
     digits = "0123456789abcdefghijklmnopqrstuvwxyz"
     out = ""
@@ -303,6 +305,8 @@ class ScramServer:
         if len(proof) != len(signature):
             raise SaslError("Invalid client credentials")
         client_key = bytes(a ^ b for a, b in zip(signature, proof, strict=True))
+        import hmac  # loaded by mech.hmac above
+
         if not hmac.compare_digest(mech.hash(client_key), credential.stored_key):
             raise SaslError("Invalid client credentials")
         server_signature = mech.hmac(credential.server_key, auth_message)

@@ -10,8 +10,6 @@ the salted password itself is not kept either: it would let anyone log in. Store
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -33,14 +31,22 @@ class ScramMechanism:
     min_iterations: int = 4096
     max_iterations: int = 16384
 
+    # hashlib and hmac (OpenSSL's digests, about 0.6 MB) are imported at the first SCRAM
+    # exchange or credential change, not by every broker at start.
     def hmac(self, key: bytes, data: bytes) -> bytes:
+        import hmac
+
         return hmac.digest(key, data, self.hash_name)
 
     def hash(self, data: bytes) -> bytes:
+        import hashlib
+
         return hashlib.new(self.hash_name, data).digest()
 
     def salted_password(self, password: str, salt: bytes, iterations: int) -> bytes:
         """Hi() of RFC 5802: what a client computes (tests; the broker never does at login)."""
+        import hashlib
+
         return hashlib.pbkdf2_hmac(self.hash_name, password.encode(), salt, iterations)
 
     def client_key(self, salted_password: bytes) -> bytes:
