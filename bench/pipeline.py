@@ -36,8 +36,10 @@ scenario, with or without --saturation) writes a PNG of each mode's latency by p
 `--scenario storage`: the file system's own ceiling, no broker: the same bytes appended in
 batch-size chunks, write-then-fsync (serial) against a write thread and an fsync thread
 (overlapped, a group commit), and their ratio.
-Each produce row also gives the producer's CPU (`client_cpu_s`) and `box_busy`, the share of
-all cores the broker and the producer used together over the run.
+Each produce row also gives the producer's CPU (`client_cpu_s`), `box_busy` (the share of all
+cores the broker and the producer used together over the run) and, with metrics on, where a
+produce request waited: `remote_ms_mean` (parked until its fsync), `fsync_ms_mean`, and
+`requests_per_fsync` (the group commit).
 """
 
 from __future__ import annotations
@@ -181,6 +183,7 @@ def run_produce(mode: str, records: int, size: int, rate: int, extra: dict[str, 
             elapsed = time.perf_counter() - start
             cpu_after = _cpu_seconds(broker.proc.pid)
             client_cpu = _own_cpu_seconds() - client_before
+            waits = _produce_waits(broker.metrics_port) if broker.metrics_port else {}
         finally:
             if scraper is not None:
                 scraper.stopped.set()
@@ -209,6 +212,35 @@ def run_produce(mode: str, records: int, size: int, rate: int, extra: dict[str, 
         **{f"p{k}_ms": round(_pct(latencies, v), 2)
            for k, v in (("50", 50), ("95", 95), ("99", 99), ("999", 99.9))},
         **gc_record,
+        **waits,
+    }
+
+
+def _produce_waits(port: int) -> dict:
+    """Where a produce request's time went, from the broker's /metrics: the mean time parked
+    waiting for its fsync (Kafka's remote time), and the fsyncs: how many, how long, and how
+    many produce requests each covered on average (the group commit)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name in ('minibroker_request_remote_time_seconds_sum{api="Produce"}',
+                    'minibroker_request_remote_time_seconds_count{api="Produce"}',
+                    "minibroker_log_flush_time_seconds_sum",
+                    "minibroker_log_flush_time_seconds_count"):
+            values[name.split("{")[0]] = float(value)
+    requests = values.get("minibroker_request_remote_time_seconds_count", 0)
+    fsyncs = values.get("minibroker_log_flush_time_seconds_count", 0)
+    if not requests or not fsyncs:
+        return {}
+    return {
+        "produce_requests": int(requests),
+        "remote_ms_mean": round(values["minibroker_request_remote_time_seconds_sum"]
+                                / requests * 1e3, 3),
+        "fsyncs": int(fsyncs),
+        "fsync_ms_mean": round(values["minibroker_log_flush_time_seconds_sum"] / fsyncs * 1e3, 3),
+        "requests_per_fsync": round(requests / fsyncs, 2),
     }
 
 

@@ -41,6 +41,11 @@ def test_pipeline_saturation_rows_and_plot(tmp_path):
     for r in offered:
         assert r["client_cpu_s"] > 0 and r["broker_cpu_s"] >= 0
         assert 0 < r["box_busy"] <= 1.05
+        # Where the produce requests waited, from the broker's /metrics: flush per message, so
+        # at least one fsync, each covering at least one request.
+        assert r["produce_requests"] >= 1 and r["fsyncs"] >= 1
+        assert r["remote_ms_mean"] > 0 and r["fsync_ms_mean"] > 0
+        assert r["requests_per_fsync"] >= 1
 
 
 def test_pipeline_storage_ceiling():
