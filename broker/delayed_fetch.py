@@ -13,7 +13,7 @@ the high watermark too, so these fetches are checked on the same event.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker.delayed_result import DelayedResult
@@ -21,35 +21,45 @@ from protocol.errors import KafkaError
 
 if TYPE_CHECKING:
     from broker.partition import Partition
-    from broker.replica_manager import FetchResult, TopicPartition
+    from broker.replica_manager import FetchResult, PartitionFetch, ReplicaManager
 
 
 class DelayedFetch(DelayedResult[list["FetchResult"]]):
+    # Slotted, holding only what the check and the read need and no closure: thousands of
+    # long polls may be parked at once, each paying for every byte here.
+    __slots__ = ("replica_manager", "fetches", "hw_bytes", "accumulated", "min_bytes",
+                 "max_bytes", "limit", "read_committed")
+
     def __init__(
         self,
+        replica_manager: ReplicaManager,
         delay_ms: int,
-        partitions: Mapping[TopicPartition, Partition],
-        watched: list[tuple[TopicPartition, int, int]],
+        fetches: list[PartitionFetch],
+        hw_bytes: tuple[int, ...],
         accumulated: int,
         min_bytes: int,
-        read: Callable[[], list[FetchResult]],
+        max_bytes: int,
+        limit: Callable[[], int] | None,
         *,
         read_committed: bool = False,
     ) -> None:
         super().__init__(delay_ms)
-        self.partitions = partitions
-        self.watched = watched  # (partition, fetch offset, partition.hw_bytes when parked)
+        self.replica_manager = replica_manager  # its partitions are checked, its logs read
+        self.fetches = fetches  # each partition's tp is known: unknown ones never park
+        self.hw_bytes = hw_bytes  # each partition's hw_bytes when parked, in fetches' order
         self.accumulated = accumulated
         self.min_bytes = min_bytes
-        self._read = read
+        self.max_bytes = max_bytes
+        self.limit = limit  # what the connection may take when the read happens
         self.read_committed = read_committed
 
     def try_complete(self) -> bool:
         committed = self.read_committed
         total = 0 if committed else self.accumulated
-        partitions = self.partitions
-        for tp, offset, hw_bytes in self.watched:
-            p = partitions.get(tp)
+        partitions = self.replica_manager.partitions
+        for f, hw_bytes in zip(self.fetches, self.hw_bytes, strict=True):
+            p = partitions.get(f.tp)  # type: ignore[arg-type]
+            offset = f.fetch_offset
             if p is None or p.offline or not p.log_start_offset <= offset <= p.log_end_offset:
                 return self.force_complete()  # an error to report: answer now
             if committed:
@@ -71,4 +81,7 @@ class DelayedFetch(DelayedResult[list["FetchResult"]]):
         return len(p.log.read(offset, self.min_bytes, lso, True))
 
     def result(self) -> list[FetchResult]:
-        return self._read()
+        limit = self.limit
+        max_bytes = self.max_bytes if limit is None else min(self.max_bytes, limit())
+        return self.replica_manager.read_from_log(self.fetches, max_bytes, min_one=max_bytes > 0,
+                                                  read_committed=self.read_committed)

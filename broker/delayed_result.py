@@ -43,7 +43,9 @@ class Completion(Generic[T]):
         self._state = _PENDING
         self._result: T | None = None
         self._exception: BaseException | None = None
-        self._callbacks: list[Any] = []
+        # None, one continuation, or a list of them: nearly every Completion gets exactly one,
+        # and a parked request should not pay for a list it never needs.
+        self._callbacks: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._cancel_message: str | None = None
         # asyncio.isfuture's mark, and what a Task awaiting this sets while it blocks on it.
@@ -67,33 +69,33 @@ class Completion(Generic[T]):
     def on_done(self, fn: _Callback) -> None:
         """Call ``fn(self)`` when done, synchronously (now, if done already)."""
         if self._state == _PENDING:
-            self._callbacks.append(fn)
+            self._add(fn)
         else:
             self._call(fn)
+
+    def _add(self, entry: Any) -> None:
+        callbacks = self._callbacks
+        if callbacks is None:
+            self._callbacks = entry
+        elif type(callbacks) is list:
+            callbacks.append(entry)
+        else:
+            self._callbacks = [callbacks, entry]
 
     def then(self, build: Callable[[T], R]) -> Completion[R]:
         """The Completion of ``build(result)``; failures and cancellation pass through, and
         an exception raised by ``build`` becomes its exception."""
         answer: Completion[R] = Completion()
-
-        def done(c: Completion[T]) -> None:
-            if c._state == _CANCELLED:
-                answer.cancel(c._cancel_message)
-            elif c._exception is not None:
-                answer.set_exception(c._exception)
-            else:
-                try:
-                    value = build(c._result)  # type: ignore[arg-type]
-                except Exception as exc:
-                    answer.set_exception(exc)
-                else:
-                    answer.set_result(value)
-
-        self.on_done(done)
+        self.on_done(_Then(answer, build))
         return answer
 
     def _run_callbacks(self) -> None:
-        callbacks, self._callbacks = self._callbacks, []
+        callbacks, self._callbacks = self._callbacks, None
+        if callbacks is None:
+            return
+        if type(callbacks) is not list:
+            self._call(callbacks)
+            return
         for fn in callbacks:
             self._call(fn)
 
@@ -150,14 +152,19 @@ class Completion(Generic[T]):
         """asyncio's semantics: ``fn`` is scheduled on the loop, never called from here."""
         entry = (fn, context if context is not None else contextvars.copy_context())
         if self._state == _PENDING:
-            self._callbacks.append(entry)
+            self._add(entry)
         else:
             self._call(entry)
 
     def remove_done_callback(self, fn: Callable[[Completion[T]], object]) -> int:
-        kept = [c for c in self._callbacks if not (type(c) is tuple and c[0] == fn)]
-        removed = len(self._callbacks) - len(kept)
-        self._callbacks = kept
+        callbacks = self._callbacks
+        if callbacks is None:
+            return 0
+        if type(callbacks) is not list:
+            callbacks = [callbacks]
+        kept = [c for c in callbacks if not (type(c) is tuple and c[0] == fn)]
+        removed = len(callbacks) - len(kept)
+        self._callbacks = kept[0] if len(kept) == 1 else (kept or None)
         return removed
 
     def __await__(self) -> Generator[Any, None, T]:
@@ -175,8 +182,36 @@ class Completion(Generic[T]):
         return f"<Completion {state}>"
 
 
+class _Then(Generic[T, R]):
+    """``Completion.then``'s continuation: ``answer`` gets ``build(result)``. A slotted object
+    rather than a closure (a function and a cell per captured name), since one waits with
+    every parked request."""
+
+    __slots__ = ("answer", "build")
+
+    def __init__(self, answer: Completion[R], build: Callable[[T], R]) -> None:
+        self.answer = answer
+        self.build = build
+
+    def __call__(self, c: Completion[T]) -> None:
+        answer = self.answer
+        if c._state == _CANCELLED:
+            answer.cancel(c._cancel_message)
+        elif c._exception is not None:
+            answer.set_exception(c._exception)
+        else:
+            try:
+                value = self.build(c._result)  # type: ignore[arg-type]
+            except Exception as exc:
+                answer.set_exception(exc)
+            else:
+                answer.set_result(value)
+
+
 class DelayedResult(DelayedOperation, Generic[T]):
     """A DelayedOperation whose completion resolves ``future`` with ``result()``."""
+
+    __slots__ = ("future",)
 
     def __init__(self, delay_ms: float) -> None:
         super().__init__(delay_ms)

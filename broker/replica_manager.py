@@ -321,16 +321,10 @@ class ReplicaManager:
         if max_wait_ms <= 0 or total >= min_bytes or has_error or not fetches:
             return results
         partitions = self.partitions
-        watched = [(f.tp, f.fetch_offset, partitions[f.tp].hw_bytes)  # type: ignore[index]
-                   for f in fetches]
-        def read() -> list[FetchResult]:
-            capped = _capped(max_bytes, limit)
-            return self.read_from_log(fetches, capped, min_one=capped > 0,
-                                      read_committed=committed)
-
-        op = DelayedFetch(max_wait_ms, partitions, watched, total, min_bytes,  # type: ignore[arg-type]
-                          read, read_committed=committed)
-        self.fetch_purgatory.try_complete_else_watch(op, [w[0] for w in watched])
+        hw_bytes = tuple(partitions[f.tp].hw_bytes for f in fetches)  # type: ignore[index]
+        op = DelayedFetch(self, max_wait_ms, fetches, hw_bytes, total, min_bytes, max_bytes,
+                          limit, read_committed=committed)
+        self.fetch_purgatory.try_complete_else_watch(op, [f.tp for f in fetches])
         return op.future
 
     def read_from_log(self, fetches: list[PartitionFetch], max_bytes: int, min_one: bool = True,

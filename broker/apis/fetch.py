@@ -12,6 +12,7 @@ answers it UNSUPPORTED_COMPRESSION_TYPE, as Kafka does.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from broker.acl import AclOperation, ResourceType
@@ -57,14 +58,20 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
                                                  req.max_wait_ms, limit=allowance,
                                                  isolation_level=req.isolation_level)
 
-    def respond(res: list[FetchResult]) -> PackedFetchResponse:
-        if refused:
-            res = _with_refused(res, refused)
-        return _response(wanted, res, version, session_id, incremental)
-
     if isinstance(results, list):
-        return respond(results)
-    return answer_later(results, respond)
+        return _respond(wanted, refused, version, session_id, incremental, results)
+    # What the answer needs waits with the parked fetch in one partial: no closure (a function
+    # and a cell per name), no empty dict of refusals, nothing of the decoded request.
+    return answer_later(results, partial(_respond, wanted, refused or None, version, session_id,
+                                         incremental))
+
+
+def _respond(wanted: list[CachedPartition], refused: dict[int, ErrorCode] | None, version: int,
+             session_id: int, incremental: bool, results: list[FetchResult]
+             ) -> PackedFetchResponse:
+    if refused:
+        results = _with_refused(results, refused)
+    return _response(wanted, results, version, session_id, incremental)
 
 
 def _session_context(

@@ -31,7 +31,6 @@ authentication's answer is written and then the connection closes (``Request.clo
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import struct
 import threading
@@ -141,6 +140,14 @@ def _flusher() -> WriteFlusher | None:
 
 
 class Connection(asyncio.BufferedProtocol):
+    # Slotted, and what is often empty made on first use: thousands of connections may each
+    # hold nothing but a parked long poll, and each byte here is paid per connection.
+    __slots__ = ("channel", "security", "session", "channel_id", "serial", "decoder",
+                 "transport", "peer", "closed", "mute", "_paused", "_pending", "inflight",
+                 "held_bytes", "_write_buffered", "last_active", "_registered", "sequencer",
+                 "_flusher", "_timed", "_write_started", "_draining", "_undrained",
+                 "_max_frame", "auth", "_gated", "_wake_when_idle")
+
     def __init__(self, channel: RequestChannel, serial: bool, max_frame: int,
                  security: ListenerSecurity = PLAINTEXT_LISTENER) -> None:
         self.channel = channel
@@ -155,18 +162,19 @@ class Connection(asyncio.BufferedProtocol):
         self.closed = False
         self.mute = MuteReason(0)
         self._paused = False
-        self._pending: deque[bytearray] = deque()  # frames not yet dispatched (serial mode)
+        # Frames not yet dispatched (serial mode, SASL): None when there are none.
+        self._pending: deque[bytearray] | None = None
         self.inflight = 0
         self.held_bytes = 0  # request and response bytes counted against the memory budget
         self._write_buffered = 0  # of which: unsent bytes in the transport's buffer
         self.last_active = time.monotonic()  # for connections.max.idle.ms
         self._registered = False
-        self.sequencer: ResponseSequencer[Request] = ResponseSequencer(self.flush)
+        self.sequencer: ResponseSequencer[Request] = ResponseSequencer(self._responses_ready)
         self._flusher: WriteFlusher | None = None  # set in connection_made, with the loop
         self._timed = channel.metrics is not None
         self._write_started = 0.0  # when the latest response was handed to the transport
         self._draining = False  # the transport holds unsent bytes (metrics on only)
-        self._undrained: list[Request] = []
+        self._undrained: list[Request] | None = None  # sent while draining (metrics on)
         self._max_frame = max_frame
         # SASL listeners: the authenticator, and whether frames pass its gate (the only test
         # the request path makes per frame; off once authenticated without a session lifetime)
@@ -184,8 +192,6 @@ class Connection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
         self._flusher = _flusher()
-        if self._flusher is not None:  # ready responses wait for the end of the iteration
-            self.sequencer.on_ready = functools.partial(self._flusher.add, self)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.session.client_host = peer[0] if peer else ""
@@ -244,20 +250,25 @@ class Connection(asyncio.BufferedProtocol):
             self.close(str(exc))
             return
         if frames:
-            self._pending.extend(frames)
+            pending = self._pending
+            if pending is None:
+                self._pending = deque(frames)
+            else:
+                pending.extend(frames)
             self._dispatch()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.sequencer.clear()
-        self._pending.clear()
+        self._pending = None
         if self._registered:
             self.channel.unregister(self)  # gives back every byte it held
             log.info("connection closed", peer=self.peer, channel=self.channel_id)
 
     # -- request path ----------------------------------------------------------------------
     def _dispatch(self) -> None:
-        while self._pending and not self.closed:
+        pending = self._pending
+        while pending and not self.closed:
             if self.serial and self.inflight:
                 return
             if self._gated:
@@ -266,11 +277,13 @@ class Connection(asyncio.BufferedProtocol):
                     return
                 if verdict == _CONSUMED:
                     continue
-            request = self._parse(self._pending.popleft())
+            request = self._parse(pending.popleft())
             if request is not None:
                 if self.serial:
                     self.set_mute(MuteReason.SERIAL)
                 self.channel.submit(request)
+        if not pending and self._pending is pending:
+            self._pending = None
 
     def _parse(self, frame: bytearray) -> Request | None:
         try:
@@ -314,7 +327,9 @@ class Connection(asyncio.BufferedProtocol):
         token), or not now (_STOP: waiting for the answer in flight, or closed)."""
         auth = self.auth
         assert auth is not None
-        frame = self._pending[0]
+        pending = self._pending
+        assert pending
+        frame = pending[0]
         if auth.ready:  # authenticated, with a session lifetime
             if (len(frame) >= 2 and _KEY.unpack_from(frame)[0] == SASL_HANDSHAKE_KEY
                     and auth.may_reauthenticate()):
@@ -336,7 +351,7 @@ class Connection(asyncio.BufferedProtocol):
             self.set_mute(MuteReason.SASL)
             return _STOP
         if auth.raw:  # after SaslHandshake v0: a bare token, answered bare, in order
-            token = self._pending.popleft()
+            token = pending.popleft()
             response = auth.raw_token(token)
             if response is None:
                 self.close_quietly()
@@ -382,6 +397,15 @@ class Connection(asyncio.BufferedProtocol):
                 # Large: nothing to gain by waiting, and a client that does not read it must
                 # be seen (pause_writing, the WRITE mute) before more of its requests are read.
                 self.flush()
+
+    def _responses_ready(self) -> None:
+        """The sequencer's news that a batch begins: it leaves at the end of the loop's
+        iteration with every other connection's (at once without a running loop)."""
+        flusher = self._flusher
+        if flusher is None:
+            self.flush()
+        else:
+            flusher.add(self)
 
     def response_allowance(self) -> int:
         """Response bytes this connection may still be given (its share of the budget)."""
@@ -447,6 +471,8 @@ class Connection(asyncio.BufferedProtocol):
             if stats is not None:
                 request.write_started = self._write_started
                 if self._draining:
+                    if self._undrained is None:
+                        self._undrained = []
                     self._undrained.append(request)
                 else:
                     stats.sent(request.received, request.ready, request.write_started, now)
@@ -478,7 +504,7 @@ class Connection(asyncio.BufferedProtocol):
         self.clear_mute(MuteReason.WRITE)
         if self._undrained:
             end = time.monotonic()
-            undrained, self._undrained = self._undrained, []
+            undrained, self._undrained = self._undrained, None
             for r in undrained:
                 r.stats.sent(r.received, r.ready, r.write_started, end)  # type: ignore[union-attr]
 

@@ -33,7 +33,7 @@ from broker.logging import debug_enabled
 from broker.network.connection import MuteReason
 from broker.network.memory import MemoryBudget
 from broker.network.quotas import ConnectionQuotas
-from broker.network.request import Request
+from broker.network.request import RELEASED, Request
 from protocol.errors import InvalidRequest
 from protocol.framing import encode_response
 from protocol.registry import API_VERSIONS_KEY, FETCH_KEY, JOIN_GROUP_KEY, SYNC_GROUP_KEY
@@ -77,7 +77,10 @@ class RequestChannel:
         self._stopping = False
         self._dispatch = dispatch
         self._tasks: list[asyncio.Task[None]] = []
-        self._pending: set[asyncio.Future[Any] | Completion[Any]] = set()
+        # Requests whose answer is awaited, by what they wait on: the one bound method below
+        # is every such future's callback, so nothing is built per parked request.
+        self._pending: dict[asyncio.Future[Any] | Completion[Any], Request] = {}
+        self._on_answer = self._answered
         self.metrics = metrics
         self.connections_opened = 0
         self.mute_events: dict[MuteReason, int] = {}  # times each reason was set
@@ -113,7 +116,7 @@ class RequestChannel:
         for t in self._tasks[self.num_handlers:]:
             t.cancel()
         if self._pending:
-            await asyncio.wait(self._pending, timeout=5)
+            await asyncio.wait(list(self._pending), timeout=5)
 
     # -- connections and memory --------------------------------------------------------------
     def register(self, conn: Connection, ip: str) -> bool:
@@ -181,6 +184,8 @@ class RequestChannel:
             request = queue.popleft()
             if queue:
                 ready.append(conn)  # its next request waits for everyone else's turn
+            else:  # an idle connection keeps no empty queue (a deque is ~600 bytes)
+                del waiting[conn]
             if conn.mute & MuteReason.BACKLOG and len(queue) < MAX_WAITING_PER_CONNECTION:
                 conn.clear_mute(MuteReason.BACKLOG)
             if not conn.closed:
@@ -215,16 +220,20 @@ class RequestChannel:
             if result.done():  # completed while the handler ran: answer now
                 self._finished(request, result)
                 return
-            # A delayed operation's answer: sent from the callback that completes it.
-            self._pending.add(result)
-            result.on_done(lambda c: self._finished(request, c))
+            # A delayed operation's answer: sent from the callback that completes it. Its
+            # builder holds what the answer needs; the decoded request is let go meanwhile.
+            request.body = RELEASED
+            self._pending[result] = request
+            result.on_done(self._on_answer)
             return
         fut = asyncio.ensure_future(result)
-        self._pending.add(fut)
-        fut.add_done_callback(lambda f: self._finished(request, f))
+        self._pending[fut] = request
+        fut.add_done_callback(self._on_answer)
+
+    def _answered(self, fut: asyncio.Future[Any] | Completion[Any]) -> None:
+        self._finished(self._pending.pop(fut), fut)
 
     def _finished(self, request: Request, fut: asyncio.Future[Any] | Completion[Any]) -> None:
-        self._pending.discard(fut)
         if fut.cancelled():
             request.connection.close("request cancelled at shutdown")
         elif (exc := fut.exception()) is not None:
