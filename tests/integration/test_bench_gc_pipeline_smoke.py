@@ -37,10 +37,11 @@ def test_pipeline_saturation_rows_and_plot(tmp_path):
     assert summary["median_paired_p99_ms_pipelined_over_serial"] > 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # Each run's CPU: the producer's, the broker's (/proc counts in 10 ms ticks, so a tiny run
-    # may show none), and how busy both kept the cores.
+    # may show none, or a whole tick more than it used: no upper bound on box_busy here), and
+    # how busy both kept the cores.
     for r in offered:
         assert r["client_cpu_s"] > 0 and r["broker_cpu_s"] >= 0
-        assert 0 < r["box_busy"] <= 1.05
+        assert r["box_busy"] > 0
         # Where the produce requests waited, from the broker's /metrics: flush per message, so
         # at least one fsync, each covering at least one request.
         assert r["produce_requests"] >= 1 and r["fsyncs"] >= 1
