@@ -30,7 +30,10 @@ from tests/support/certs.py, no authorizer) right after each PLAINTEXT run, and 
 PLAINTEXT. Tansu has no SASL_SSL rows: its 0.6.0 command line refuses `--cert` together with
 `--key` ("the argument '--cert <CERT>' cannot be used with '--key <KEY>'"), and `--authentication`
 leaves no way to create the first SCRAM user; the idle workload speaks the protocol on raw
-sockets and runs over PLAINTEXT only. --quick shrinks every workload to a
+sockets and runs over PLAINTEXT only. `--consumer-config KEY=VALUE` adds a librdkafka setting
+to the small and large workloads' consumer (e.g. fetch.queue.backoff.ms=10: by default
+librdkafka pauses a partition's fetches for 1 s once 100,000 records are queued, which then
+sets the consume figures; see docs/benchmarks.md). --quick shrinks every workload to a
 few seconds and one run (the smoke test in make test). --report writes the "Peers" section
 of docs/benchmarks.md and docs/img/peers.png; --from reads the runs from a saved --json
 output instead of running them.
@@ -57,7 +60,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +108,8 @@ class Scale:
     idle_connections: int = 5_000
     idle_wait_ms: int = 30_000
     idle_window_s: float = 10.0
+    #: librdkafka settings added to the small and large workloads' consumer (--consumer-config)
+    consumer: tuple[tuple[str, str], ...] = ()
 
 
 FULL = Scale()
@@ -286,7 +291,9 @@ def _consume_count(conf: dict[str, Any], topic: str, n: int, timeout: float,
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         deadline = time.monotonic() + timeout
         while got < n and time.monotonic() < deadline:
-            for msg in consumer.consume(10_000, 0.5):
+            # Never ask for more than is left: consume() waits out its timeout until it has
+            # as many as asked for, which would time the 0.5 s, not the brokers.
+            for msg in consumer.consume(min(10_000, n - got), 0.5):
                 if msg.error() is not None:
                     raise RuntimeError(f"consume: {msg.error()}")
                 got += 1
@@ -303,7 +310,7 @@ def _consume_count(conf: dict[str, Any], topic: str, n: int, timeout: float,
 
 
 def _produce_then_consume(b: Running, topic: str, n: int, size: int,
-                          conf: dict[str, Any]) -> dict[str, Any]:
+                          conf: dict[str, Any], consumer: dict[str, str]) -> dict[str, Any]:
     """Produce n records of `size` bytes to partition 0, then consume them all; timings and
     the broker's CPU seconds for each phase."""
     _create_topic(b.bootstrap, topic)
@@ -326,7 +333,7 @@ def _produce_then_consume(b: Running, topic: str, n: int, size: int,
     cpu1 = proc_cpu_s(b.pid)
     if left or errors:
         raise RuntimeError(f"produce: {left} undelivered, {errors} errors")
-    got, nbytes, consume_s = _consume_count(b.conf, topic, n, 300)
+    got, nbytes, consume_s = _consume_count(b.conf, topic, n, 300, consumer)
     cpu2 = proc_cpu_s(b.pid)
     return {"records": n, "record_size": size, "produce_s": round(produce_s, 3),
             "consume_s": round(consume_s, 3), "consumed": got, "consumed_bytes": nbytes,
@@ -335,7 +342,8 @@ def _produce_then_consume(b: Running, topic: str, n: int, size: int,
 
 
 def w_small(b: Running, sc: Scale) -> dict[str, Any]:
-    row = _produce_then_consume(b, "small", sc.small_records, 100, {"linger.ms": 5})
+    row = _produce_then_consume(b, "small", sc.small_records, 100, {"linger.ms": 5},
+                                dict(sc.consumer))
     row["produce_rec_s"] = round(row["records"] / row["produce_s"])
     row["consume_rec_s"] = round(row.pop("consumed") / row["consume_s"])
     del row["consumed_bytes"]
@@ -345,7 +353,7 @@ def w_small(b: Running, sc: Scale) -> dict[str, Any]:
 def w_large(b: Running, sc: Scale) -> dict[str, Any]:
     row = _produce_then_consume(b, "large", sc.large_records, 64 << 10, {
         "batch.size": 1 << 20, "message.max.bytes": 2 << 20,
-        "queue.buffering.max.kbytes": 1 << 20})
+        "queue.buffering.max.kbytes": 1 << 20}, dict(sc.consumer))
     row["produce_mb_s"] = round(row["records"] * row["record_size"] / row["produce_s"] / 1e6, 1)
     row["consume_mb_s"] = round(row.pop("consumed_bytes") / row["consume_s"] / 1e6, 1)
     del row["consumed"]
@@ -486,6 +494,8 @@ def run_one(workload: str, broker: str, run: int, sc: Scale,
                 row["metrics_on"] = b.metrics_port is not None
             cpu0, self0 = proc_cpu_s(b.pid), _self_cpu_s()
             row.update(RUNNERS[workload](b, sc))
+            if sc.consumer and workload in ("small", "large"):
+                row["consumer_config"] = dict(sc.consumer)
             # Who had the 2 cores: the broker, or this load generator?
             row.setdefault("broker_cpu_s", round(proc_cpu_s(b.pid) - cpu0, 2))
             row["client_cpu_s"] = round(_self_cpu_s() - self0, 2)
@@ -709,6 +719,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--security", default="plaintext",
                     help="plaintext,sasl_ssl: mini-broker also over SASL_SSL (SCRAM-SHA-256), "
                          "each run right after its PLAINTEXT twin, and tls_cost lines")
+    ap.add_argument("--consumer-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="librdkafka setting for the small and large workloads' consumer "
+                         "(repeatable), e.g. fetch.queue.backoff.ms=10")
     ap.add_argument("--report", action="store_true",
                     help="write docs/benchmarks.md's Peers section and docs/img/peers.png")
     ap.add_argument("--from", dest="from_file", type=Path,
@@ -717,6 +730,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --report: markdown ending the section (default: keep the old)")
     args = ap.parse_args(argv)
     sc = QUICK if args.quick else FULL
+    if args.consumer_config:
+        sc = replace(sc, consumer=tuple(
+            tuple(kv.split("=", 1)) for kv in args.consumer_config))  # type: ignore[misc]
     runs = args.runs or (1 if args.quick else 3)
     brokers = list(BROKERS) if args.broker == "both" else [args.broker]
     notes = args.notes.read_text() if args.notes else ""

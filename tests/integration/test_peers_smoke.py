@@ -49,3 +49,20 @@ def test_quick_run_prints_every_workload_for_both_brokers() -> None:
             if workload == "idle":
                 assert isinstance(row["all_answered_at_timeout"], bool), row
     assert elapsed < TIMEOUT_S
+
+
+def test_consumer_config_reaches_the_consume_workloads() -> None:
+    """--consumer-config adds librdkafka settings to the small and large consumers (the fetch
+    back-off experiment in docs/benchmarks.md); each row says what it ran with."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.peers", "--quick", "--json", "--broker", "mini-broker",
+         "--workload", "large", "--consumer-config", "fetch.queue.backoff.ms=10",
+         "--consumer-config", "queued.min.messages=50000"],
+        cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S,
+    )
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}"
+    (row,) = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    assert "error" not in row, row
+    assert row["consumer_config"] == {"fetch.queue.backoff.ms": "10",
+                                      "queued.min.messages": "50000"}
+    assert row["consume_mb_s"] > 0
