@@ -10,8 +10,9 @@ whole budget while others wait.
 Invariant: ``used`` is the sum of every connection's ``held_bytes``; a connection holding more
 than its share is muted (MEMORY) and read again once it is back under. Only connections over
 their share can take ``used`` past the budget (a Fetch answers its first batch even past the
-allowance, as Kafka does), so they alone are muted for it: a calm connection within its share
-is never starved by clients that stopped reading.
+allowance, as Kafka does), so they alone are muted for it, and a connection's allowance for
+responses is what is left of its own share: a calm connection within its share is never
+starved, of reads or of fetched bytes, by clients that stopped reading.
 """
 
 from __future__ import annotations
@@ -40,10 +41,14 @@ class MemoryBudget:
         return self.max_bytes // max(self.holders, 1)
 
     def allowance(self, conn: Connection) -> int:
-        """Bytes this connection may still take before it passes its share or the budget."""
+        """Bytes this connection may still take before it passes its share.
+
+        Not capped by what is left of the whole budget: only connections over their share can
+        take the total past it, and a calm connection's fetch must not be answered empty for as
+        long as clients that never read hold the overage."""
         if not self.bounded:
             return 1 << 62
-        return max(0, min(self.share() - conn.held_bytes, self.max_bytes - self.used))
+        return max(0, self.share() - conn.held_bytes)
 
     def hold(self, conn: Connection, size: int) -> None:
         if size <= 0:

@@ -119,6 +119,23 @@ async def test_a_calm_connection_is_read_while_others_hold_the_budget_past_their
     assert all(g.mute & MuteReason.MEMORY for g in greedy)  # still over their share
 
 
+async def test_a_calm_connections_fetch_allowance_survives_others_past_the_budget() -> None:
+    """Clients that never read hold the total past the budget for good; a calm connection's
+    fetches still get its share (before, they were answered empty for as long as that lasted:
+    a consumer beside them read nothing)."""
+    channel = RequestChannel(1, 1000, answer)
+    greedy = [connect(channel)[0] for _ in range(3)]
+    for g in greedy:
+        channel.hold(g, 1)
+    for g in greedy:
+        channel.hold(g, 700)
+    calm, _ = connect(channel)
+    channel.hold(calm, 50)  # its fetch request: four holders, a share of 250
+    assert channel.memory.used > channel.max_queued_bytes
+    assert calm.response_allowance() == 200
+    assert all(g.response_allowance() == 0 for g in greedy)
+
+
 async def test_fetch_allowance_is_the_share_left() -> None:
     channel = RequestChannel(1, 1000, answer)
     a, _ = connect(channel)
