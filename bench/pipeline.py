@@ -220,16 +220,19 @@ def _produce_waits(port: int) -> dict:
     """Where a produce request's time went, from the broker's /metrics: the mean time parked
     waiting for its fsync (Kafka's remote time), and the fsyncs: how many, how long, and how
     many produce requests each covered on average (the group commit)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
         text = resp.read().decode()
     values: dict[str, float] = {}
-    for line in text.splitlines():
-        name, _, value = line.rpartition(" ")
-        if name in ('minibroker_request_remote_time_seconds_sum{api="Produce"}',
-                    'minibroker_request_remote_time_seconds_count{api="Produce"}',
-                    "minibroker_log_flush_time_seconds_sum",
-                    "minibroker_log_flush_time_seconds_count"):
-            values[name.split("{")[0]] = float(value)
+    for fam in text_string_to_metric_families(text):
+        if fam.name not in ("minibroker_request_remote_time_seconds",
+                            "minibroker_log_flush_time_seconds"):
+            continue
+        for sample in fam.samples:
+            if sample.labels.get("api", "Produce") == "Produce" and sample.name.endswith(
+                    ("_sum", "_count")):
+                values[sample.name] = sample.value
     requests = values.get("minibroker_request_remote_time_seconds_count", 0)
     fsyncs = values.get("minibroker_log_flush_time_seconds_count", 0)
     if not requests or not fsyncs:
