@@ -1,5 +1,1 @@
 """protocol."""
-
-from protocol import deferred_imports
-
-deferred_imports.install()

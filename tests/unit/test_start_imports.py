@@ -26,7 +26,9 @@ NOT_AT_START = (
 
 _PRELUDE = """
 import json, sys
-from protocol.deferred_imports import is_deferred
+from protocol.deferred_imports import install, is_deferred
+
+install()  # first, as the broker's entry point (broker/__main__.py) does
 
 def ran() -> list[str]:
     return sorted(name for name in list(sys.modules) if not is_deferred(name))
@@ -97,6 +99,18 @@ def test_a_compressed_batch_loads_its_codec_on_first_use() -> None:
     assert out["rounds"] == {str(c): [c, True, True] for c in (1, 2, 3, 4)}
     assert out["after"] == {"snappy": False, "zstandard": False}
     assert out["heavy"] == ["cramjam"]
+
+
+def test_an_embedding_process_keeps_its_own_modules() -> None:
+    """Importing the broker, its test fixture or its pytest plugin registers no stand-in
+    modules: only the broker's own process (its entry point) defers its imports."""
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import json, sys
+        import broker.testing.pytest_plugin, broker.testing, broker.server
+        from protocol.deferred_imports import DEFERRED, is_deferred
+        print(json.dumps([name for name in DEFERRED if is_deferred(name)]))
+    """)], check=True, capture_output=True, text=True, timeout=60)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
 
 
 def test_a_deferred_package_runs_its_init_at_the_first_other_name() -> None:
