@@ -346,7 +346,7 @@ def run_request_path(requests: int, metrics_on: bool) -> dict:
     from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
     from broker.logging import configure
-    from broker.metrics import BrokerMetrics
+    from broker.metrics.collector import BrokerMetrics
     from broker.network.connection import Connection
     from broker.network.request_channel import RequestChannel
 

@@ -32,33 +32,34 @@ from typing import Any
 import structlog
 
 from broker import apis
+from broker.apis.context import ApiContext, Node
 from broker.client_telemetry import ClientTelemetry
 from broker.config import BrokerConfig, ListenerSpec
-from broker.context import ApiContext, Node
-from broker.dynamic_config import (
-    CLEANER_KEYS,
-    CONNECTION_KEYS,
-    DynamicBrokerConfig,
-    thread_count_check,
-)
-from broker.fetch_session import FetchSessionCache
 from broker.group.coordinator import GroupConfig, GroupCoordinator
 from broker.group.offsets_store import OffsetsStore
 from broker.log.cleaner import CleanerConfig
 from broker.log.manager import LogManager
 from broker.logging import redact
-from broker.metadata import MetadataStore
-from broker.metrics import BrokerMetrics, MetricsServer
+from broker.metadata.dynamic_config import (
+    CLEANER_KEYS,
+    CONNECTION_KEYS,
+    DynamicBrokerConfig,
+    thread_count_check,
+)
+from broker.metadata.file_store import MetadataStore
+from broker.metadata.producer_ids import ProducerIdManager
+from broker.metadata.topic_admin import TopicAdmin, log_config
+from broker.metrics.collector import BrokerMetrics
+from broker.metrics.http import MetricsServer
 from broker.network.connection import Connection
 from broker.network.request_channel import HandlerResult, Request, RequestChannel
-from broker.producer_ids import ProducerIdManager
-from broker.replica_manager import ReplicaManager
+from broker.replica.fetch_session import FetchSessionCache
+from broker.replica.replica_manager import ReplicaManager
 from broker.security.authorizer import Authorizer
 from broker.security.listener import ListenerSecurity
 from broker.security.sasl import AuthenticationStats, sasl_server_config
 from broker.security.scram import ScramCredentialStore
 from broker.security.ssl import principal_builder, server_ssl_context
-from broker.topic_admin import TopicAdmin, log_config
 from broker.txn import TransactionCoordinator
 from purgatory import Clock, LoopClock, Timer
 

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.producer import AddPartitionsToTxnResponse
 
-from broker.acl import AclOperation, ResourceType
 from broker.apis.authorize import allowed, cluster_allowed, filter_allowed
+from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 TopicResult = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import AlterConfigsResponse
 
-from broker.acl import AclOperation, ResourceType
 from broker.apis.authorize import MESSAGES, allowed, cluster_allowed
+from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 TOPIC, BROKER = 2, 4

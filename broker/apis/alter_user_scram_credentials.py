@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.admin import AlterUserScramCredentialsResponse
 
-from broker.acl import AclOperation, ResourceType
+from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 Result = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult

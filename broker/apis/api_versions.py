@@ -17,7 +17,7 @@ from protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupHeartbe
 from protocol.registry import APIS
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 CONSUMER_GROUP_KEYS = frozenset((ConsumerGroupHeartbeatRequest.API_KEY,

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from broker.acl import CLUSTER_NAME, AclOperation, ResourceType, authorized_operations
+from broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType, authorized_operations
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 #: The schema default of an authorized-operations int32 ("not asked", "not computed").

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker.acl import AclOperation, ResourceType
 from broker.apis.authorize import allowed, authorized_ops, bitfield
+from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 from protocol.messages import ConsumerGroupDescribeResponse
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.group.consumer_group import ConsumerGroup, ConsumerGroupMember, Partitions
     from broker.network.request import Request
 

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker.acl import AclOperation, ResourceType
 from broker.apis.authorize import allowed, filter_allowed
 from broker.group.consumer_coordinator import HeartbeatRequest, HeartbeatResult
+from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 from protocol.messages import ConsumerGroupHeartbeatResponse
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.group.consumer_group import Partitions
     from broker.network.request import Request
 

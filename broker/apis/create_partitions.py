@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.admin import CreatePartitionsResponse
 
-from broker.acl import AclOperation, ResourceType
 from broker.apis.authorize import filter_allowed
 from broker.apis.create_topics import EXCESSIVE_BATCH, MAX_RECORDS_PER_USER_OP
+from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 Result = CreatePartitionsResponse.CreatePartitionsTopicResult

@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from broker.delayed_result import Completion
+from broker.replica.delayed_result import Completion
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from kafka.protocol.admin import DeleteAclsResponse
 
-from broker.acl import (
+from broker.security.acl import (
     CLUSTER_NAME,
     AclBinding,
     AclBindingFilter,
@@ -25,7 +25,7 @@ from broker.acl import (
 from protocol.errors import ErrorCode, InvalidRequest
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 FilterResult = DeleteAclsResponse.DeleteAclsFilterResult

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.admin import DeleteRecordsResponse
 
-from broker.acl import AclOperation, ResourceType
 from broker.apis.add_partitions_to_txn import INTERNAL_TOPICS
 from broker.apis.authorize import filter_allowed
-from broker.replica_manager import DeleteRecordsResult, TopicPartition
+from broker.replica.replica_manager import DeleteRecordsResult, TopicPartition
+from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 TopicResult = DeleteRecordsResponse.DeleteRecordsTopicResult

@@ -14,7 +14,7 @@ from kafka.protocol.admin import DescribeClusterResponse
 from broker.apis.authorize import cluster_ops
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 

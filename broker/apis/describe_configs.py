@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import DescribeConfigsResponse
 
-from broker.acl import AclOperation, ResourceType
 from broker.apis.authorize import MESSAGES, allowed, cluster_allowed
 from broker.config import KEYS, value_text
-from broker.dynamic_config import DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG
-from broker.metadata import TOPIC_CONFIG_DEFAULTS, validate_topic_name
+from broker.metadata.dynamic_config import DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG
+from broker.metadata.file_store import TOPIC_CONFIG_DEFAULTS, validate_topic_name
+from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 Result = DescribeConfigsResponse.DescribeConfigsResult

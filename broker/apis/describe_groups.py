@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.admin import DescribeGroupsResponse
 
-from broker.acl import AclOperation, ResourceType
 from broker.apis.authorize import allowed, authorized_ops
 from broker.group.metadata import GroupState
+from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 Described = DescribeGroupsResponse.DescribedGroup

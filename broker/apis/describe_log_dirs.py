@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING
 import structlog
 from kafka.protocol.admin import DescribeLogDirsResponse
 
-from broker.acl import AclOperation
 from broker.apis.authorize import cluster_allowed
 from broker.log.log import Log
-from broker.replica_manager import ReplicaManager, TopicPartition
+from broker.replica.replica_manager import ReplicaManager, TopicPartition
+from broker.security.acl import AclOperation
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 log = structlog.get_logger("broker.apis")

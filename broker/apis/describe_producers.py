@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.admin import DescribeProducersResponse
 
-from broker.acl import AclOperation, ResourceType
 from broker.apis.authorize import MESSAGES, allowed
-from broker.metadata import validate_topic_name
+from broker.metadata.file_store import validate_topic_name
+from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 TopicResponse = DescribeProducersResponse.TopicResponse

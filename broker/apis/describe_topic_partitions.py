@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from kafka.protocol.admin import DescribeTopicPartitionsResponse
 
-from broker.acl import AclOperation, ResourceType
 from broker.apis.add_partitions_to_txn import INTERNAL_TOPICS
 from broker.apis.authorize import allowed, authorized_ops, bitfield
-from broker.metadata import TopicInfo, validate_topic_name
+from broker.metadata.file_store import TopicInfo, validate_topic_name
+from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 log = structlog.get_logger("broker.apis")

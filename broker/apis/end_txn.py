@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.producer import EndTxnResponse
 
-from broker.acl import AclOperation, ResourceType
 from broker.apis.authorize import allowed
 from broker.apis.deferred import answer_later
+from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 

@@ -15,16 +15,16 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from broker.acl import AclOperation, ResourceType
 from broker.apis.authorize import filter_allowed
 from broker.apis.deferred import answer_later
-from broker.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, CachedPartition, FetchSession
-from broker.replica_manager import FetchResult, PartitionFetch
+from broker.replica.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, CachedPartition, FetchSession
+from broker.replica.replica_manager import FetchResult, PartitionFetch
+from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 from protocol.templates import FetchPartition, PackedFetchResponse
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 ZSTD_FETCH_VERSION = 10  # the first Fetch version whose clients can read zstd

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.metadata import FindCoordinatorResponse
 
-from broker.acl import AclOperation, ResourceType
 from broker.apis.authorize import MESSAGES, allowed
+from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 GROUP = 0

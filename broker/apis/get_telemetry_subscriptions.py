@@ -14,7 +14,7 @@ from broker.client_telemetry import ACCEPTED_COMPRESSION
 from protocol.messages import GetTelemetrySubscriptionsResponse
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 ZERO_UUID = uuid.UUID(int=0)

@@ -22,12 +22,12 @@ from broker.apis.alter_configs import (
     check_keys,
 )
 from broker.config import KEYS
-from broker.dynamic_config import is_list_key
-from broker.metadata import TOPIC_CONFIG_DEFAULTS, TOPIC_LIST_KEYS
+from broker.metadata.dynamic_config import is_list_key
+from broker.metadata.file_store import TOPIC_CONFIG_DEFAULTS, TOPIC_LIST_KEYS
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.producer import InitProducerIdResponse
 
-from broker.acl import AclOperation, ResourceType
 from broker.apis.authorize import allowed, allowed_any, cluster_allowed
 from broker.apis.deferred import answer_later
+from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
     from broker.txn import InitProducerIdResult
 

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.admin import ListGroupsResponse
 
-from broker.acl import AclOperation, ResourceType
 from broker.apis.authorize import allowed, cluster_allowed
 from broker.group.consumer_group import ConsumerGroup
+from broker.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 

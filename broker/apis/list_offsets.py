@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.consumer import ListOffsetsResponse
 
-from broker.acl import AclOperation, ResourceType
 from broker.apis.authorize import filter_allowed
+from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
-    from broker.partition import Partition
+    from broker.replica.partition import Partition
 
 TopicResponse = ListOffsetsResponse.ListOffsetsTopicResponse
 PartitionResponse = TopicResponse.ListOffsetsPartitionResponse

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.admin import ListTransactionsResponse
 
-from broker.acl import AclOperation, ResourceType
 from broker.apis.authorize import allowed
+from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 State = ListTransactionsResponse.TransactionState

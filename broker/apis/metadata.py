@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.metadata import MetadataResponse
 
-from broker.acl import AclOperation, ResourceType
 from broker.apis.add_partitions_to_txn import INTERNAL_TOPICS
 from broker.apis.authorize import allowed, authorized_ops, cluster_allowed, cluster_ops
-from broker.metadata import TopicInfo
+from broker.metadata.file_store import TopicInfo
+from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 Topic = MetadataResponse.MetadataResponseTopic

@@ -10,15 +10,15 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.consumer import OffsetCommitResponse
 
-from broker.acl import AclOperation, ResourceType
 from broker.apis.authorize import allowed, filter_allowed
 from broker.apis.deferred import answer_later
 from broker.group.metadata import OffsetAndMetadata
+from broker.security.acl import AclOperation, ResourceType
 from broker.wallclock import now_ms
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 Topic = OffsetCommitResponse.OffsetCommitResponseTopic

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.consumer import OffsetFetchResponse
 
-from broker.acl import AclOperation, ResourceType
 from broker.apis.authorize import allowed, filter_allowed
+from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.group.metadata import OffsetAndMetadata
     from broker.network.request import Request
 

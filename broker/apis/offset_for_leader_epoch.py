@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.consumer import OffsetForLeaderEpochResponse
 
-from broker.acl import AclOperation, ResourceType
 from broker.apis.authorize import cluster_allowed, filter_allowed
+from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 TopicResult = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult

@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.producer import ProduceResponse
 
-from broker.acl import AclOperation, ResourceType
 from broker.apis.authorize import allowed, filter_allowed
 from broker.apis.deferred import answer_later
-from broker.replica_manager import ProduceResult, ProduceResults
+from broker.replica.replica_manager import ProduceResult, ProduceResults
+from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 from protocol.record_batch import RECORD_BATCH_OVERHEAD, BatchHeader
 from protocol.templates import SinglePartitionProduceResponse
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 TopicResponse = ProduceResponse.TopicProduceResponse

@@ -14,7 +14,7 @@ from broker.apis.get_telemetry_subscriptions import ZERO_UUID
 from protocol.messages import PushTelemetryResponse
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 

@@ -16,7 +16,7 @@ from kafka.protocol.sasl import SaslAuthenticateResponse
 from broker.security.sasl import ILLEGAL_SASL_STATE
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 _AFTER_AUTHENTICATION = "SaslAuthenticate request received after successful authentication"

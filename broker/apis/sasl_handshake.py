@@ -15,7 +15,7 @@ from kafka.protocol.sasl import SaslHandshakeResponse
 from broker.security.sasl import ILLEGAL_SASL_STATE
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 

@@ -22,17 +22,17 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.producer import TxnOffsetCommitResponse
 
-from broker.acl import AclOperation, ResourceType
 from broker.apis.authorize import allowed
 from broker.apis.deferred import answer_later
 from broker.apis.offset_commit import requested_offsets, split_readable
 from broker.group.coordinator import offset_commit_error
 from broker.group.metadata import OffsetAndMetadata
 from broker.group.offsets_store import TOPIC
+from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 Topic = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING
 import structlog
 from kafka.protocol.producer import WriteTxnMarkersResponse
 
-from broker.acl import AclOperation
 from broker.apis.authorize import cluster_allowed
+from broker.security.acl import AclOperation
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.context import ApiContext
+    from broker.apis.context import ApiContext
     from broker.network.request import Request
 
 log = structlog.get_logger("broker.txn")

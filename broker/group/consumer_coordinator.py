@@ -54,7 +54,7 @@ from purgatory import DelayedOperation, Purgatory
 
 if TYPE_CHECKING:
     from broker.group.coordinator import GroupCoordinator
-    from broker.metadata import TopicInfo
+    from broker.metadata.file_store import TopicInfo
 
 log = structlog.get_logger("broker.group")
 

@@ -19,15 +19,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from broker.group.consumer_group import ConsumerGroup
-from broker.group.metadata import (
-    GroupMetadata,
-    GroupState,
-    MemberMetadata,
-    OffsetAndMetadata,
-    PendingTxnOffset,
-)
-from broker.internal_records import (
+from broker.coordinator.records import (
     Reader,
     Record,
     append_as_coordinator,
@@ -38,13 +30,21 @@ from broker.internal_records import (
     java_string_hash,
     read_batches,
 )
+from broker.group.consumer_group import ConsumerGroup
+from broker.group.metadata import (
+    GroupMetadata,
+    GroupState,
+    MemberMetadata,
+    OffsetAndMetadata,
+    PendingTxnOffset,
+)
 from broker.wallclock import now_ms
 from protocol.errors import ErrorCode
 from protocol.record_batch import CONTROL_COMMIT, InvalidRecordError, read_end_txn_marker
 
 if TYPE_CHECKING:
-    from broker.replica_manager import ReplicaManager
-    from broker.topic_admin import TopicAdmin
+    from broker.metadata.topic_admin import TopicAdmin
+    from broker.replica.replica_manager import ReplicaManager
 
 log = structlog.get_logger("broker.group")
 

@@ -37,11 +37,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from enum import IntFlag
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from broker.network.mute import MuteReason
 from broker.network.request import Request
 from broker.network.sequencer import Payload, ResponseSequencer, payload_size
 from broker.security.listener import PLAINTEXT_LISTENER, ListenerSecurity
@@ -71,16 +71,6 @@ _SIZE = struct.Struct(">i")
 _KEY = struct.Struct(">h")
 # What the SASL gate says of the next frame.
 _PARSE, _CONSUMED, _STOP = 0, 1, 2
-
-
-class MuteReason(IntFlag):
-    MEMORY = 1  # over its share of queued.max.request.bytes
-    INFLIGHT = 2  # this connection has too many requests in flight
-    SERIAL = 4  # serial mode: one request at a time, as Kafka's processor does
-    SHUTDOWN = 8  # the broker is draining: no new requests
-    WRITE = 16  # the client is not reading: its transport's buffer passed the high-water mark
-    BACKLOG = 32  # requests of this connection already wait for a handler turn
-    SASL = 64  # (re-)authenticating: one request at a time, each answered before the next
 
 
 class WriteFlusher:

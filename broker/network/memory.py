@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker.network.connection import MuteReason
+from broker.network.mute import MuteReason
 
 if TYPE_CHECKING:
     from broker.network.connection import Connection

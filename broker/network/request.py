@@ -19,7 +19,7 @@ from protocol.framing import RequestHeaderView
 from protocol.registry import ApiSpec
 
 if TYPE_CHECKING:
-    from broker.metrics import RequestStats
+    from broker.metrics.instruments import RequestStats
     from broker.network.connection import Connection
 
 

@@ -28,19 +28,19 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from kafka.protocol.api_message import ApiMessage
 
-from broker.delayed_result import Completion
 from broker.logging import debug_enabled
-from broker.network.connection import MuteReason
 from broker.network.memory import MemoryBudget
+from broker.network.mute import MuteReason
 from broker.network.quotas import ConnectionQuotas
 from broker.network.request import RELEASED, Request
+from broker.replica.delayed_result import Completion
 from protocol.errors import InvalidRequest
 from protocol.framing import encode_response
 from protocol.registry import API_VERSIONS_KEY, FETCH_KEY, JOIN_GROUP_KEY, SYNC_GROUP_KEY
 from protocol.templates import TEMPLATES
 
 if TYPE_CHECKING:
-    from broker.metrics import BrokerMetrics
+    from broker.metrics.collector import BrokerMetrics
     from broker.network.connection import Connection
 
 log = structlog.get_logger("broker.network")

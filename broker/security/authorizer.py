@@ -27,7 +27,9 @@ from collections.abc import Iterable
 
 import structlog
 
-from broker.acl import (
+from broker.config import BrokerConfig, ConfigError
+from broker.metadata.file_store import MetadataStore
+from broker.security.acl import (
     CLUSTER_NAME,
     SUPPORTED_OPERATIONS,
     WILDCARD_HOST,
@@ -40,8 +42,6 @@ from broker.acl import (
     PatternType,
     ResourceType,
 )
-from broker.config import BrokerConfig, ConfigError
-from broker.metadata import MetadataStore
 from broker.security.principal import KafkaPrincipal, Session
 from protocol.errors import ErrorCode, KafkaError
 

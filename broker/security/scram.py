@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from broker.metadata import MetadataStore
+from broker.metadata.file_store import MetadataStore
 from protocol.errors import ErrorCode
 
 UNSUPPORTED_SASL_MECHANISM = ErrorCode.UNSUPPORTED_SASL_MECHANISM

@@ -36,9 +36,9 @@ from purgatory import Purgatory, Timer
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
-    from broker.producer_ids import ProducerIdManager
-    from broker.replica_manager import ReplicaManager
-    from broker.topic_admin import TopicAdmin
+    from broker.metadata.producer_ids import ProducerIdManager
+    from broker.metadata.topic_admin import TopicAdmin
+    from broker.replica.replica_manager import ReplicaManager
 
 log = structlog.get_logger("broker.txn")
 

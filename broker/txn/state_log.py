@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from broker.internal_records import (
+from broker.coordinator.records import (
     Reader,
     append_as_coordinator,
     encode_string,
@@ -28,8 +28,8 @@ from broker.txn.metadata import TransactionMetadata, TransactionState, TxnTransi
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.replica_manager import ReplicaManager
-    from broker.topic_admin import TopicAdmin
+    from broker.metadata.topic_admin import TopicAdmin
+    from broker.replica.replica_manager import ReplicaManager
 
 log = structlog.get_logger("broker.txn")
 

@@ -21,22 +21,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from broker.apis.context import ApiContext, Node
 from broker.client_telemetry import ClientTelemetry
 from broker.config import BrokerConfig
-from broker.context import ApiContext, Node
-from broker.fetch_session import FetchSessionCache
 from broker.group.coordinator import GroupConfig, GroupCoordinator
 from broker.group.offsets_store import OffsetsStore
 from broker.log.manager import LogManager
-from broker.metadata import MetadataStore
+from broker.metadata.file_store import MetadataStore
+from broker.metadata.producer_ids import ProducerIdManager
+from broker.metadata.topic_admin import TopicAdmin, log_config
 from broker.network.connection import Connection
 from broker.network.request import Request
 from broker.network.request_channel import RequestChannel
-from broker.producer_ids import ProducerIdManager
-from broker.replica_manager import ReplicaManager
+from broker.replica.fetch_session import FetchSessionCache
+from broker.replica.replica_manager import ReplicaManager
 from broker.security.authorizer import Authorizer
 from broker.security.scram import ScramCredentialStore
-from broker.topic_admin import TopicAdmin, log_config
 from broker.txn import TransactionCoordinator
 from broker.wallclock import now_ms
 from purgatory import ManualClock, Timer

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from kafka.protocol.admin import CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest
 
-from broker.acl import AclOperation, AclPermissionType, PatternType, ResourceType
 from broker.apis import create_acls, delete_acls, describe_acls
+from broker.security.acl import AclOperation, AclPermissionType, PatternType, ResourceType
 from broker.security.principal import KafkaPrincipal, Session
 from protocol.errors import ErrorCode, InvalidRequest
 from tests.support.components import CLIENT_PEER, Components, build, parse, wire_roundtrip

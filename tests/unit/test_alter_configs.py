@@ -19,7 +19,7 @@ from kafka.protocol.admin import (
 
 from broker.apis import alter_configs, describe_configs, incremental_alter_configs
 from broker.config import BrokerConfig
-from broker.dynamic_config import CLEANER_KEYS, thread_count_check
+from broker.metadata.dynamic_config import CLEANER_KEYS, thread_count_check
 from protocol import registry
 from protocol.errors import ErrorCode
 from tests.support.components import Components, build, parse, wire_roundtrip

@@ -54,14 +54,6 @@ from kafka.protocol.producer import (
 )
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from broker.acl import (
-    AclBinding,
-    AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
-    PatternType,
-    ResourceType,
-)
 from broker.apis import (
     add_offsets_to_txn,
     add_partitions_to_txn,
@@ -101,6 +93,14 @@ from broker.apis import (
 )
 from broker.apis.authorize import INT32_MIN
 from broker.group.metadata import OffsetAndMetadata
+from broker.security.acl import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
 from broker.security.principal import KafkaPrincipal
 from protocol.errors import ErrorCode
 from tests.support.clients import BASE_TS

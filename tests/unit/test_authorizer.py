@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from broker.acl import (
+from broker.config import ConfigError
+from broker.metadata.file_store import MetadataStore
+from broker.security.acl import (
     AclBinding,
     AclBindingFilter,
     AclOperation,
@@ -21,8 +23,6 @@ from broker.acl import (
     PatternType,
     ResourceType,
 )
-from broker.config import ConfigError
-from broker.metadata import MetadataStore
 from broker.security.authorizer import Authorizer, parse_super_users
 from broker.security.principal import KafkaPrincipal, Session
 from protocol.errors import ErrorCode

@@ -9,7 +9,7 @@ import contextvars
 import pytest
 
 from broker.apis.deferred import answer_later
-from broker.delayed_result import Completion, DelayedResult
+from broker.replica.delayed_result import Completion, DelayedResult
 from purgatory import ManualClock, Purgatory, Timer
 
 

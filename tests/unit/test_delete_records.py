@@ -15,7 +15,7 @@ import pytest
 from kafka.protocol.admin import DeleteRecordsRequest
 
 from broker.apis import delete_records, fetch, list_offsets
-from broker.replica_manager import PartitionFetch
+from broker.replica.replica_manager import PartitionFetch
 from protocol import registry
 from protocol.errors import ErrorCode
 from tests.support.components import Components, build, parse, settle, wire_roundtrip

@@ -12,8 +12,8 @@ import pytest
 from kafka.protocol.admin import DescribeTopicPartitionsRequest
 from kafka.protocol.metadata import MetadataRequest
 
-from broker.acl import SUPPORTED_OPERATIONS, ResourceType
 from broker.apis import describe_topic_partitions, metadata
+from broker.security.acl import SUPPORTED_OPERATIONS, ResourceType
 from protocol import registry
 from protocol.errors import ErrorCode
 from tests.support.components import Components, build, parse, wire_roundtrip

@@ -25,8 +25,8 @@ from structlog.testing import capture_logs
 
 from broker.log import disk
 from broker.log.manager import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT_FILE
-from broker.partition import Partition
-from broker.replica_manager import PartitionFetch
+from broker.replica.partition import Partition
+from broker.replica.replica_manager import PartitionFetch
 from protocol.errors import ErrorCode
 from tests.support.components import Components, build, settle
 from tests.support.requests import fetched_values, record_batch

@@ -8,7 +8,8 @@ import asyncio
 
 from kafka.protocol.metadata import ApiVersionsResponse
 
-from broker.network.connection import Connection, MuteReason
+from broker.network.connection import Connection
+from broker.network.mute import MuteReason
 from broker.network.request_channel import RequestChannel
 from tests.unit.test_mute import RecordingTransport, frame
 

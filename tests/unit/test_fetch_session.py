@@ -1,14 +1,15 @@
 """FetchSessionCache (KIP-227): create/get/remove, bounded slots, LRU eviction after idleness.
 
-The cache's clock is `time.monotonic` of broker.fetch_session, replaced here by a manual one.
+The cache's clock is `time.monotonic` of broker.replica.fetch_session, replaced here by a
+manual one.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from broker import fetch_session
-from broker.fetch_session import CachedPartition, FetchSessionCache
+from broker.replica import fetch_session
+from broker.replica.fetch_session import CachedPartition, FetchSessionCache
 
 
 class Clock:

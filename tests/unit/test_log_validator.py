@@ -14,7 +14,7 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 
 from broker.log.log import Log, LogConfig
 from broker.log.validator import LONG_MAX, LogValidator, compress
-from broker.metadata import validate_topic_configs
+from broker.metadata.file_store import validate_topic_configs
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import (
     COMPRESSION_GZIP,

@@ -11,7 +11,8 @@ from kafka.protocol.producer import ProduceResponse
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.metrics import BrokerMetrics, Histogram, RequestStats
+from broker.metrics.collector import BrokerMetrics
+from broker.metrics.instruments import Histogram, RequestStats
 from protocol.errors import ErrorCode
 from protocol.registry import APIS
 from protocol.templates import PackedFetchResponse

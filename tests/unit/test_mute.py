@@ -5,7 +5,8 @@ import asyncio
 from kafka.protocol.metadata import ApiVersionsRequest
 
 from broker.network import connection as conn_mod
-from broker.network.connection import Connection, MuteReason
+from broker.network.connection import Connection
+from broker.network.mute import MuteReason
 from broker.network.request_channel import RequestChannel
 
 

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from broker import apis
-from broker.delayed_fetch import DelayedFetch
-from broker.delayed_result import Completion
-from broker.fetch_session import CachedPartition
 from broker.network.connection import Connection
 from broker.network.request import RELEASED, Request
 from broker.network.request_channel import RequestChannel
 from broker.network.sequencer import ResponseSequencer
-from broker.replica_manager import PartitionFetch
+from broker.replica.delayed_fetch import DelayedFetch
+from broker.replica.delayed_result import Completion
+from broker.replica.fetch_session import CachedPartition
+from broker.replica.replica_manager import PartitionFetch
 from broker.security.principal import Session
 from protocol.framing import FrameDecoder, RequestHeaderView
 from tests.support.components import CLIENT_ID, Components, build, settle

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.replica_manager import FetchResult, PartitionFetch, ProduceResult
+from broker.replica.replica_manager import FetchResult, PartitionFetch, ProduceResult
 from broker.wallclock import now_ms
 from protocol.errors import ErrorCode
 from tests.support.clients import BASE_TS

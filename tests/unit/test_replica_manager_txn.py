@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from broker.replica_manager import READ_COMMITTED, PartitionFetch
+from broker.replica.replica_manager import READ_COMMITTED, PartitionFetch
 from protocol.errors import ErrorCode
 from tests.support.clients import BASE_TS
 from tests.support.components import Components, build, settle

@@ -31,8 +31,9 @@ from kafka.protocol.sasl import (
 
 from broker.apis import api_versions, sasl_authenticate, sasl_handshake
 from broker.config import BrokerConfig, ConfigError
-from broker.metadata import MetadataStore
-from broker.network.connection import Connection, MuteReason
+from broker.metadata.file_store import MetadataStore
+from broker.network.connection import Connection
+from broker.network.mute import MuteReason
 from broker.network.request_channel import RequestChannel
 from broker.security import sasl as sasl_mod
 from broker.security.jaas import parse_jaas_config, server_login_module

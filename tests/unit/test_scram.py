@@ -16,7 +16,7 @@ from kafka.protocol.admin import (
 )
 
 from broker.apis import alter_user_scram_credentials, describe_user_scram_credentials
-from broker.metadata import MetadataStore
+from broker.metadata.file_store import MetadataStore
 from broker.security.authorizer import Authorizer
 from broker.security.principal import KafkaPrincipal
 from broker.security.scram import (

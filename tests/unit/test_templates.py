@@ -11,7 +11,7 @@ import pytest
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from broker.apis.fetch import handle as handle_fetch
-from broker.fetch_session import FetchSessionCache
+from broker.replica.fetch_session import FetchSessionCache
 from protocol.errors import ErrorCode
 from protocol.registry import APIS, FETCH_KEY, PRODUCE_KEY
 from protocol.templates import FetchPartition, PackedFetchResponse, SinglePartitionProduceResponse

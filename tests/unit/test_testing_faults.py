@@ -14,7 +14,7 @@ from kafka.protocol.consumer import FetchRequest, OffsetFetchRequest
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
-from broker.metadata import MetadataStore
+from broker.metadata.file_store import MetadataStore
 from broker.network.request import Request
 from broker.testing import ManualClock, error_response
 from broker.testing.embedded import _with_port, property_name

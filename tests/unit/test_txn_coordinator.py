@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from broker.internal_records import read_records
+from broker.coordinator.records import read_records
 from broker.txn.metadata import (
     IllegalTransitionError,
     TransactionMetadata,

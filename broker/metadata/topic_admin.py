@@ -10,19 +10,19 @@ from __future__ import annotations
 import structlog
 
 from broker.config import BrokerConfig, value_text
-from broker.dynamic_config import TOPIC_DEFAULT_KEYS, DynamicBrokerConfig
 from broker.log.dir_failure import KafkaStorageError
 from broker.log.log import LogConfig
 from broker.log.manager import LogManager
-from broker.metadata import (
+from broker.metadata.dynamic_config import TOPIC_DEFAULT_KEYS, DynamicBrokerConfig
+from broker.metadata.file_store import (
     TOPIC_CONFIG_DEFAULTS,
     MetadataStore,
     TopicInfo,
     validate_topic_configs,
     validate_topic_name,
 )
-from broker.partition import Partition
-from broker.replica_manager import ReplicaManager
+from broker.replica.partition import Partition
+from broker.replica.replica_manager import ReplicaManager
 from protocol.errors import ErrorCode, KafkaError
 
 log = structlog.get_logger("broker")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import structlog
 
 from broker.config import KEYS, BrokerConfig, ConfigError, parse_value, value_text
-from broker.metadata import TOPIC_CONFIG_DEFAULTS, MetadataStore
+from broker.metadata.file_store import TOPIC_CONFIG_DEFAULTS, MetadataStore
 from protocol.errors import ErrorCode, KafkaError
 
 log = structlog.get_logger("broker")

@@ -16,12 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from broker.delayed_result import DelayedResult
+from broker.replica.delayed_result import DelayedResult
 from protocol.errors import KafkaError
 
 if TYPE_CHECKING:
-    from broker.partition import Partition
-    from broker.replica_manager import FetchResult, PartitionFetch, ReplicaManager
+    from broker.replica.partition import Partition
+    from broker.replica.replica_manager import FetchResult, PartitionFetch, ReplicaManager
 
 
 class DelayedFetch(DelayedResult[list["FetchResult"]]):

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from broker.delayed_result import DelayedResult
+from broker.replica.delayed_result import DelayedResult
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.partition import Partition
-    from broker.replica_manager import ProduceResult, TopicPartition
+    from broker.replica.partition import Partition
+    from broker.replica.replica_manager import ProduceResult, TopicPartition
 
 Results = dict["TopicPartition", "ProduceResult"]
 

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 
 from broker.client_telemetry import ClientTelemetry
 from broker.config import BrokerConfig
-from broker.fetch_session import FetchSessionCache
 from broker.group.coordinator import GroupCoordinator
-from broker.producer_ids import ProducerIdManager
-from broker.replica_manager import ReplicaManager
+from broker.metadata.producer_ids import ProducerIdManager
+from broker.metadata.topic_admin import TopicAdmin
+from broker.replica.fetch_session import FetchSessionCache
+from broker.replica.replica_manager import ReplicaManager
 from broker.security.authorizer import Authorizer
 from broker.security.scram import ScramCredentialStore
-from broker.topic_admin import TopicAdmin
 from broker.txn import TransactionCoordinator
 
 

@@ -2,8 +2,8 @@
 
 Like Kafka's ReplicaManager it owns produce and fetch end to end: validate, append or read,
 then answer now or park a DelayedProduce / DelayedFetch in its purgatories and hand back an
-awaitable (the one bridge is broker/delayed_result.py). Handlers and the offsets store call it
-and never see a purgatory; it never sees the wire format. Whatever moves a partition's high
+awaitable (the one bridge is broker/replica/delayed_result.py). Handlers and the offsets store
+call it and never see a purgatory; it never sees the wire format. Whatever moves a partition's high
 watermark or log start (append, fsync, retention, deletion) checks the purgatories for that
 partition here: parked requests complete on the event, never on a poll.
 
@@ -25,14 +25,14 @@ from typing import TypeVar
 
 import structlog
 
-from broker.delayed_fetch import DelayedFetch
-from broker.delayed_produce import DelayedProduce
-from broker.delayed_result import Completion
 from broker.log.dir_failure import KafkaStorageError, LogDirFailureChannel
 from broker.log.log import AppendInfo, AppendOrigin, Log, OffsetOutOfRangeError
 from broker.log.txn_index import AbortedTxn
-from broker.metrics import Histogram
-from broker.partition import Partition
+from broker.metrics.instruments import Histogram
+from broker.replica.delayed_fetch import DelayedFetch
+from broker.replica.delayed_produce import DelayedProduce
+from broker.replica.delayed_result import Completion
+from broker.replica.partition import Partition
 from broker.wallclock import now_ms
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import (

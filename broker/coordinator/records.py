@@ -17,13 +17,13 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
 from broker.log.log import AppendOrigin
-from broker.replica_manager import produce_outcome
+from broker.replica.replica_manager import produce_outcome
 from protocol.errors import ErrorCode
 from protocol.record_batch import NO_SEQUENCE, BatchHeader, iter_batches
 
 if TYPE_CHECKING:
-    from broker.partition import Partition
-    from broker.replica_manager import ReplicaManager
+    from broker.replica.partition import Partition
+    from broker.replica.replica_manager import ReplicaManager
 
 TopicPartition = tuple[str, int]
 Record = tuple[bytes, bytes | None]

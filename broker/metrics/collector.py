@@ -1,34 +1,21 @@
-"""Prometheus metrics: cheap counters on the hot path, everything else read at scrape time.
+"""Prometheus metrics read at scrape time: the broker's registry and its collector.
 
 Three kinds of numbers, three costs:
-- per request: a ``RequestStats`` per (API key, version) is looked up once per request (one
-  dict get on an int) and holds plain ints and ``Histogram``s; nothing formats a label or
-  takes a lock on the request path. Latency is split the way Kafka's RequestMetrics splits it:
-  request queue (parsed -> a handler picks it up), local (the handler's own work), remote
-  (parked in a purgatory or waiting for an fsync), response queue (waiting in the connection's
-  sequencer behind earlier responses), response send (what asyncio lets us observe: the
-  ``transport.write`` call, or, when the transport's buffer passed its high-water mark, until
-  it drained; see broker/network/connection.py) and total;
+- per request: ``RequestStats`` (broker/metrics/instruments.py), plain ints on the hot path;
 - counters kept by the code that already counts (purgatory, timer, channel, coordinator,
   flusher), also plain ints;
 - gauges (purgatory sizes, log offsets, sizes, groups, lag, queue depths): computed by
   ``BrokerCollector`` from broker state when Prometheus scrapes, never updated per request.
 
-The endpoint (``metrics.listener``) is an asyncio server on the broker's own loop, not
-prometheus_client's HTTP server thread: the collector reads dicts that only the loop mutates
-(partitions, watcher lists, groups), and reading them from another thread could catch one
-mid-change (``dict changed size during iteration``) or see a torn view. On the loop a scrape
-sees one consistent state; its cost (a few ms for thousands of series) is paid once per scrape
-interval, on its own listener, off the Kafka port.
+The collector runs on the broker's loop (broker/metrics/http.py serves it there): it reads
+dicts that only the loop mutates (partitions, watcher lists, groups), and reading them from
+another thread could catch one mid-change (``dict changed size during iteration``) or see a
+torn view.
 """
 
 from __future__ import annotations
 
-import asyncio
-import gzip
-import time
-from bisect import bisect_left
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -43,245 +30,29 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from broker.metrics.instruments import (
+    UNSUPPORTED,
+    ApiTimings,
+    Histogram,
+    RequestStats,
+    float_text,
+    request_stats,
+)
 from protocol.errors import ErrorCode
-from protocol.registry import APIS, FETCH_KEY, PRODUCE_KEY
-from protocol.templates import PackedFetchResponse, SinglePartitionProduceResponse
+from protocol.registry import APIS
 
 if TYPE_CHECKING:
     from broker.group.coordinator import GroupCoordinator
     from broker.log.cleaner import LogCleaner
     from broker.log.manager import LogManager
-    from broker.metadata import MetadataStore
+    from broker.metadata.file_store import MetadataStore
     from broker.network.request import Request
     from broker.network.request_channel import RequestChannel
-    from broker.replica_manager import ReplicaManager
+    from broker.replica.replica_manager import ReplicaManager
 
 log = structlog.get_logger("broker.metrics")
 
 PREFIX = "minibroker"
-# Seconds; from 100 us (a metadata answer) to a minute (a JoinGroup waiting for a rebalance).
-LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                   0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-UNSUPPORTED = -1  # version label of an ApiVersions request of a version we do not serve
-
-
-class Histogram:
-    """Bucket counts and a sum, observed on the event loop only (so no lock).
-
-    prometheus_client's Histogram takes a lock per observation (about 1 us here, and six are
-    needed per request); this is a bisect and two additions.
-    """
-
-    __slots__ = ("bounds", "counts", "sum")
-
-    def __init__(self, bounds: tuple[float, ...] = LATENCY_BUCKETS) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)
-        self.sum = 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.sum += value
-
-    @property
-    def count(self) -> int:
-        return sum(self.counts)
-
-    def cumulative(self, scale: float = 1.0) -> list[tuple[str, float]]:
-        """Prometheus buckets: (le, count of observations <= le), ending with +Inf."""
-        out = []
-        total = 0
-        for bound, n in zip(self.bounds, self.counts, strict=False):
-            total += n
-            out.append((_float(bound * scale), total))
-        out.append(("+Inf", total + self.counts[-1]))
-        return out
-
-
-def _float(v: float) -> str:
-    return repr(float(v))
-
-
-class ApiTimings:
-    """Kafka's RequestMetrics for one API: one histogram per phase of a request's life."""
-
-    __slots__ = ("request_queue", "local", "remote", "response_queue", "response_send", "total")
-
-    def __init__(self) -> None:
-        self.request_queue = Histogram()
-        self.local = Histogram()
-        self.remote = Histogram()
-        self.response_queue = Histogram()
-        self.response_send = Histogram()
-        self.total = Histogram()
-
-
-class RequestStats:
-    """The pre-bound child of one (API, version): labels resolved once, plain ints after."""
-
-    __slots__ = ("api", "version", "requests", "errors", "timings", "_count_errors")
-
-    def __init__(self, api: str, version: int, timings: ApiTimings,
-                 count_errors: Callable[[Any, dict[int, int]], None]) -> None:
-        self.api = api
-        self.version = version
-        self.requests = 0
-        self.errors: dict[int, int] = {}
-        self.timings = timings
-        self._count_errors = count_errors
-
-    # Histogram.observe inlined below (bisect, then two additions): these two run once per
-    # request each, and a method call per phase would cost as much again.
-    def completed(self, request: Request, response: Any, now: float) -> None:
-        """The response is built (or there is none): count it and its error codes, and time
-        the request queue, local and remote phases."""
-        self.requests += 1
-        if response is not None:
-            self._count_errors(response, self.errors)
-        t = self.timings
-        dequeued = request.dequeued
-        v = dequeued - request.received
-        h = t.request_queue
-        h.counts[bisect_left(LATENCY_BUCKETS, v)] += 1
-        h.sum += v
-        parked = request.local_done
-        if parked:
-            v = parked - dequeued
-            h = t.local
-            h.counts[bisect_left(LATENCY_BUCKETS, v)] += 1
-            h.sum += v
-            v = now - parked
-            h = t.remote
-            h.counts[bisect_left(LATENCY_BUCKETS, v)] += 1
-            h.sum += v
-        else:
-            v = now - dequeued
-            h = t.local
-            h.counts[bisect_left(LATENCY_BUCKETS, v)] += 1
-            h.sum += v
-            t.remote.counts[0] += 1  # never parked: 0 s
-
-    def sent(self, received: float, ready: float, write_start: float, end: float) -> None:
-        """The response left (the socket took it all at ``end``)."""
-        t = self.timings
-        v = write_start - ready
-        h = t.response_queue
-        h.counts[bisect_left(LATENCY_BUCKETS, v)] += 1
-        h.sum += v
-        v = end - write_start
-        h = t.response_send
-        h.counts[bisect_left(LATENCY_BUCKETS, v)] += 1
-        h.sum += v
-        v = end - received
-        h = t.total
-        h.counts[bisect_left(LATENCY_BUCKETS, v)] += 1
-        h.sum += v
-
-    def failed(self) -> None:
-        """The handler raised: the connection is closed, Kafka counts it as an unknown error."""
-        self.requests += 1
-        code = int(ErrorCode.UNKNOWN_SERVER_ERROR)
-        self.errors[code] = self.errors.get(code, 0) + 1
-
-
-# -- error codes of a response ------------------------------------------------------------------
-
-ErrorTree = tuple[tuple[str, Any], ...]
-
-
-def _error_tree(fields: Any, version: int) -> ErrorTree:
-    """Paths to every ``error_code`` field of a message at ``version``, from its schema."""
-    out: list[tuple[str, Any]] = []
-    for f in fields:
-        lo, hi = getattr(f, "_versions", None) or (0, 32767)
-        if not lo <= version <= hi:
-            continue
-        if f.name == "error_code":
-            out.append((f.name, None))
-            continue
-        sub = getattr(f, "_fields", None)
-        if sub:
-            tree = _error_tree(sub, version)
-            if tree:
-                out.append((f.name, tree))
-    return tuple(out)
-
-
-def _walk(obj: Any, tree: ErrorTree, errors: dict[int, int]) -> None:
-    for name, sub in tree:
-        value = getattr(obj, name, None)
-        if value is None:
-            continue
-        if sub is None:
-            if value:
-                errors[value] = errors.get(value, 0) + 1
-        elif type(value) is list:
-            for item in value:
-                _walk(item, sub, errors)
-        else:
-            _walk(value, sub, errors)
-
-
-def _generic_counter(tree: ErrorTree) -> Callable[[Any, dict[int, int]], None]:
-    if not tree:
-        return lambda _response, _errors: None
-    return lambda response, errors: _walk(response, tree, errors)
-
-
-def _count_produce_errors(response: Any, errors: dict[int, int]) -> None:
-    """Produce, by hand (the hottest API): the error code of every partition."""
-    if type(response) is SinglePartitionProduceResponse:
-        code = response.error_code
-        if code:
-            errors[code] = errors.get(code, 0) + 1
-        return
-    for t in response.responses:
-        for p in t.partition_responses:
-            code = p.error_code
-            if code:
-                errors[code] = errors.get(code, 0) + 1
-
-
-def _fetch_counter(version: int, bytes_out: dict[Any, int]
-                   ) -> Callable[[Any, dict[int, int]], None]:
-    """Fetch, by hand: its error codes, and the record bytes it returns per topic (bytes out;
-    keyed by topic id from v13, resolved to names at scrape time)."""
-    topic_attr = "topic_id" if version >= 13 else "topic"
-
-    def count(response: Any, errors: dict[int, int]) -> None:
-        code = response.error_code
-        if code:
-            errors[code] = errors.get(code, 0) + 1
-        if type(response) is PackedFetchResponse and not response.materialized:
-            count_packed(response, errors)
-            return
-        for t in response.responses:
-            n = 0
-            for p in t.partitions:
-                code = p.error_code
-                if code:
-                    errors[code] = errors.get(code, 0) + 1
-                records = p.records
-                if records:
-                    n += len(records)
-            if n:
-                key = getattr(t, topic_attr)
-                bytes_out[key] = bytes_out.get(key, 0) + n
-
-    def count_packed(response: PackedFetchResponse, errors: dict[int, int]) -> None:
-        for key, partitions in response.topics:
-            n = 0
-            for p in partitions:
-                code = p[1]
-                if code:
-                    errors[code] = errors.get(code, 0) + 1
-                records = p[6]
-                if records:
-                    n += len(records)
-            if n:
-                bytes_out[key] = bytes_out.get(key, 0) + n
-
-    return count
 
 
 def _error_name(code: int) -> str:
@@ -341,19 +112,11 @@ class BrokerMetrics:
         return stats
 
     def _new_stats(self, api_key: int, version: int) -> RequestStats:
-        spec = APIS[api_key]
-        timings = self.timings.get(spec.name)
+        name = APIS[api_key].name
+        timings = self.timings.get(name)
         if timings is None:
-            timings = self.timings[spec.name] = ApiTimings()
-        if version == UNSUPPORTED:
-            counter = _generic_counter(_error_tree(spec.response._struct._fields, 0))
-        elif api_key == PRODUCE_KEY:
-            counter = _count_produce_errors
-        elif api_key == FETCH_KEY:
-            counter = _fetch_counter(version, self.topic_bytes_out)
-        else:
-            counter = _generic_counter(_error_tree(spec.response._struct._fields, version))
-        return RequestStats(spec.name, version, timings, counter)
+            timings = self.timings[name] = ApiTimings()
+        return request_stats(api_key, version, timings, self.topic_bytes_out)
 
     def exposition(self, accept: str = "") -> tuple[bytes, str]:
         # Imported at the first scrape: prometheus_client's exposition module brings its HTTP,
@@ -447,7 +210,7 @@ class BrokerCollector(Collector):
 
     # -- network -------------------------------------------------------------------------------
     def _network(self, channel: RequestChannel) -> Iterator[Metric]:
-        from broker.network.connection import MuteReason
+        from broker.network.mute import MuteReason
 
         conns = list(channel.connections)
         yield GaugeMetricFamily(f"{PREFIX}_connections", "Open client connections.",
@@ -553,7 +316,7 @@ class BrokerCollector(Collector):
         total = 0
         for bound, n in zip(LATENESS_BOUNDS_MS, counts, strict=False):
             total += n
-            buckets.append((_float(bound / 1000), total))
+            buckets.append((float_text(bound / 1000), total))
         buckets.append(("+Inf", total + counts[-1]))
         lateness.add_metric([], buckets, timer.lateness_sum_ms / 1000)
         yield lateness
@@ -795,79 +558,3 @@ class BrokerCollector(Collector):
         pushed.add_metric([], telemetry.pushed_bytes)
         yield pushed
 
-
-# -- the endpoint ---------------------------------------------------------------------------------
-
-class MetricsServer:
-    """A minimal HTTP/1.1 server on the broker's loop: GET (or HEAD) ``path`` answers the
-    exposition (text or OpenMetrics as the Accept header asks, gzip if accepted); ``/`` points
-    to it; anything else is 404. One request per connection."""
-
-    def __init__(self, metrics: BrokerMetrics, host: str, port: int, path: str) -> None:
-        self.metrics = metrics
-        self.host = host
-        self.port = port
-        self.path = path
-        self.server: asyncio.base_events.Server | None = None
-        self.scrapes = 0
-
-    @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}{self.path}"
-
-    async def start(self) -> None:
-        self.server = await asyncio.start_server(self._serve, self.host, self.port,
-                                                 reuse_address=True)
-        self.port = self.server.sockets[0].getsockname()[1]
-
-    async def stop(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            await self.server.wait_closed()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
-            status, ctype, body, extra = self._answer(head)
-            method = head.split(b" ", 1)[0]
-            headers = [f"HTTP/1.1 {status}", f"Content-Type: {ctype}",
-                       f"Content-Length: {len(body)}", "Connection: close", *extra]
-            writer.write(("\r\n".join(headers) + "\r\n\r\n").encode())
-            if method != b"HEAD":
-                writer.write(body)
-            await writer.drain()
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError,
-                ConnectionError):
-            pass
-        except Exception:
-            log.exception("metrics request failed")
-        finally:
-            writer.close()
-
-    def _answer(self, head: bytes) -> tuple[str, str, bytes, list[str]]:
-        lines = head.decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ")
-        if len(parts) < 2 or parts[0] not in ("GET", "HEAD"):
-            return "405 Method Not Allowed", "text/plain", b"GET only\n", []
-        path = parts[1].split("?", 1)[0]
-        if path == "/":
-            return "200 OK", "text/html", (
-                f'<a href="{self.path}">{self.path}</a>\n').encode(), []
-        if path != self.path:
-            return "404 Not Found", "text/plain", b"not found\n", []
-        headers = {}
-        for line in lines[1:]:
-            name, sep, value = line.partition(":")
-            if sep:
-                headers[name.strip().lower()] = value.strip()
-        started = time.monotonic()
-        body, ctype = self.metrics.exposition(headers.get("accept", ""))
-        self.scrapes += 1
-        log.debug("scrape", bytes=len(body), ms=round((time.monotonic() - started) * 1000, 2))
-        from prometheus_client.exposition import gzip_accepted  # loaded by exposition() above
-
-        if gzip_accepted(headers.get("accept-encoding", "")):
-            return "200 OK", ctype, gzip.compress(body, compresslevel=1), [
-                "Content-Encoding: gzip"]
-        return "200 OK", ctype, body, []

@@ -1,0 +1,1 @@
+"""What the group and transaction coordinators share: records of their internal topics."""

@@ -1,0 +1,1 @@
+"""Cluster metadata: the metadata store, topics, producer-id blocks and dynamic configs."""

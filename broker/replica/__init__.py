@@ -1,0 +1,2 @@
+"""The replica core: partitions, the replica manager, and the delayed operations that wait
+on them."""
