@@ -3,7 +3,8 @@ warning when it does not use the key, and what separates a Kafka key from a typo
 
 Read from apache/kafka's source at commit 1eb7644349cb (4.0.0-SNAPSHOT, 2024-10-25): the keys of
 the ConfigDefs that AbstractKafkaConfig.CONFIG_DEF merges (LogConfig's SERVER_CONFIG_DEF and
-QuotaConfig's CONFIG_DEF only), plus RemoteLogManagerConfig's. ZooKeeper's keys (ZkConfigs,
+QuotaConfig's CONFIG_DEF only), plus RemoteLogManagerConfig's and the two keys
+StandardAuthorizer reads. ZooKeeper's keys (ZkConfigs,
 zookeeper.*) are left out: Kafka 4 has no ZooKeeper mode. Grouped by the Kafka class that
 defines them.
 """
@@ -381,6 +382,12 @@ REMOTE_LOG_MANAGER_CONFIG: tuple[str, ...] = (
     "remote.log.storage.system.enable",
 )
 
+# Not in a ConfigDef: StandardAuthorizer reads these from the broker's properties.
+STANDARD_AUTHORIZER: tuple[str, ...] = (
+    "allow.everyone.if.no.acl.found",
+    "super.users",
+)
+
 KAFKA_BROKER_KEYS: frozenset[str] = frozenset(
     SERVER_CONFIGS
     + KRAFT_CONFIGS
@@ -400,4 +407,5 @@ KAFKA_BROKER_KEYS: frozenset[str] = frozenset(
     + DELEGATION_TOKEN_MANAGER_CONFIGS
     + PASSWORD_ENCODER_CONFIGS
     + REMOTE_LOG_MANAGER_CONFIG
+    + STANDARD_AUTHORIZER
 )
