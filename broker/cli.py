@@ -73,8 +73,8 @@ _CLASSIFY: list[tuple[str, Any]] = [
 HEADINGS = ["broker and topics", "listeners and connections", "log", "log cleaner",
             "groups and committed offsets", "transactions", "security", "client telemetry", OURS]
 USAGE_EXAMPLE = """\
-Start a Kafka-compatible broker from a server.properties file (Kafka's keys), each
---override replacing one key, as kafka-server-start.sh does.
+Start a Kafka-compatible broker from a server.properties file (Kafka's keys),
+each --override replacing one key, as kafka-server-start.sh does.
 
 examples:
   mini-broker config/server.properties

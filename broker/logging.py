@@ -97,6 +97,22 @@ def ready_message(listeners: Mapping[str, tuple[str, int]], metrics_url: str | N
     return f"listening on {bound}, {metrics}, data {', '.join(log_dirs)}"
 
 
+def to_standard_logging() -> None:
+    """Where the lines of a broker embedded in a host that left structlog unconfigured go: the
+    standard logging module, under each logger's name and filtered by its levels, as a library
+    logs (pytest then captures them, INFO out of a run's output by default). A host that
+    configured structlog keeps its configuration."""
+    if structlog.is_configured():
+        return
+    structlog.configure(
+        processors=[structlog.contextvars.merge_contextvars, structlog.stdlib.filter_by_level,
+                    structlog.processors.format_exc_info,
+                    structlog.dev.ConsoleRenderer(colors=False)],
+        wrapper_class=structlog.stdlib.BoundLogger,
+        logger_factory=structlog.stdlib.LoggerFactory(),
+    )
+
+
 def configure(level: str = "INFO", fmt: str = "") -> None:
     global _debug, _console
     console = _console = fmt == "console" or (not fmt and sys.stderr.isatty())
