@@ -548,6 +548,8 @@ class BrokerConfig:
                 problems.append(str(exc))
                 continue
             per_listener.setdefault(listener, {})[key] = _parse_listener_key(name, key, raw[name])
+            if key in KEYS and KEYS[key].unused:
+                unused.append(name)
         if unknown or problems:
             raise ConfigError(unknown_keys_message(unknown, problems))
         values = {name: _parse(key, given.get(name, key.default)) for name, key in KEYS.items()}

@@ -104,9 +104,12 @@ def test_unknown_keys_are_all_named_at_once_with_a_suggestion():
 
 def test_kafkas_keys_not_used_are_accepted_and_listed():
     cfg = BrokerConfig.from_dict({"min.insync.replicas": "2", "log.preallocate": "true",
-                                  "listener.name.plaintext.sasl.kerberos.service.name": "k"})
+                                  "listener.name.plaintext.sasl.kerberos.service.name": "k",
+                                  "listener.name.plaintext.ssl.protocol": "TLSv1.2",
+                                  "ssl.endpoint.identification.algorithm": ""})
     assert cfg.unused_keys == ["listener.name.plaintext.sasl.kerberos.service.name",
-                               "log.preallocate", "min.insync.replicas"]
+                               "listener.name.plaintext.ssl.protocol", "log.preallocate",
+                               "min.insync.replicas", "ssl.endpoint.identification.algorithm"]
 
 
 def test_kafka_key_list_holds_what_kafka_defines():
