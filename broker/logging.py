@@ -79,8 +79,8 @@ def log_effective_config(config: BrokerConfig) -> None:
 def log_unused_keys(config: BrokerConfig) -> None:
     """The one warning naming every Kafka key given that mini-broker does not use."""
     if config.unused_keys:
-        log.warning("configuration keys Kafka knows but mini-broker does not use: "
-                    + ", ".join(config.unused_keys), keys=config.unused_keys)
+        log.warning("Kafka's configuration keys given that mini-broker does not use",
+                    keys=config.unused_keys)
 
 
 def ready_message(listeners: Mapping[str, tuple[str, int]], metrics_url: str | None,
