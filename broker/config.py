@@ -1,7 +1,11 @@
 """Broker configuration: Kafka's server.properties keys, parsed and checked at start.
 
-An unknown key or a bad value stops the broker before it binds a port, with a message that
-names the key, because a typo silently ignored is a misconfigured production broker.
+A key Kafka does not know, or a bad value, stops the broker before it binds a port, with a
+message that names the key (every unknown key at once, a near miss with the key it likely
+meant), because a typo silently ignored is a misconfigured production broker. Kafka's other
+names for served keys (log.dir, broker.id, log.retention.hours, ...) are read as Kafka reads
+them; the rest of Kafka's keys (broker/kafka_keys.py) are accepted and named in one warning,
+so Kafka's own server.properties starts the broker.
 """
 
 from __future__ import annotations
