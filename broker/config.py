@@ -1,20 +1,26 @@
 """Broker configuration: Kafka's server.properties keys, parsed and checked at start.
 
-An unknown key or a bad value stops the broker before it binds a port, with a message that
-names the key, because a typo silently ignored is a misconfigured production broker.
+A key Kafka does not know, or a bad value, stops the broker before it binds a port, with a
+message that names the key (every unknown key at once, a near miss with the key it likely
+meant), because a typo silently ignored is a misconfigured production broker. Kafka's other
+names for served keys (log.dir, broker.id, log.retention.hours, ...) are read as Kafka reads
+them; the rest of Kafka's keys (broker/kafka_keys.py) are accepted and named in one warning,
+so Kafka's own server.properties starts the broker.
 """
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import re
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from broker.group.assignors import assignor_names
+from broker.kafka_keys import KAFKA_BROKER_KEYS
 from broker.log.validator import (
     LONG_MAX,
     TOPIC_CODECS,
@@ -72,6 +78,15 @@ def _cleanup_policy(v: str) -> list[str]:
     return policies
 
 
+def _migration_policy(v: str) -> str:
+    """Kafka's ConsumerGroupMigrationPolicy values; only disabled is what the coordinator does."""
+    policy = _choice("bidirectional", "upgrade", "downgrade", "disabled")(v.strip().lower())
+    if policy != "disabled":
+        raise ValueError("only disabled is served: a non-empty group never moves between the "
+                         "classic and consumer protocols here (an empty group does, as in Kafka)")
+    return policy
+
+
 def _choice(*options: str) -> Callable[[str], str]:
     def parse(v: str) -> str:
         if v.strip() not in options:
@@ -89,6 +104,9 @@ class Key:
     doc: str
     min: int | None = None
     max: int | None = None
+    # Kafka's key, accepted so a Kafka file starts, but nothing here reads it: given, it is
+    # named in the start-up warning of keys not used, as the keys outside KEYS are.
+    unused: bool = False
 
 
 KEYS: dict[str, Key] = {
@@ -100,15 +118,23 @@ KEYS: dict[str, Key] = {
         Key("advertised.listeners", _list, "",
             "NAME://host:port given to clients per listener (a listener not named here: its "
             "listeners entry)."),
-        Key("node.id", int, "1", "This broker's id.", min=0),
-        Key("log.dirs", _list, "./data", "Directories holding the partition logs."),
+        Key("node.id", int, "1", "This broker's id (broker.id is Kafka's other name for it).",
+            min=0),
+        Key("controller.listener.names", _list, "",
+            "Listeners of a KRaft controller: there is none here, so the listeners named are "
+            "not bound (a combined-mode server.properties starts as it is)."),
+        Key("log.dirs", _list, "./data",
+            "Directories holding the partition logs (log.dir: Kafka's single-directory form, "
+            "used when log.dirs is not given)."),
         Key("num.partitions", int, "1", "Partitions of an auto-created topic.", min=1),
         Key("default.replication.factor", int, "1", "Only 1 is served (one broker).", 1, 1),
         Key("auto.create.topics.enable", _bool, "true", "Create a topic on first metadata."),
         Key("log.segment.bytes", int, "1073741824", "Roll a segment at this size.", min=1024),
-        Key("log.roll.ms", int, "604800000", "Roll a segment at this age.", min=1),
-        Key("log.retention.ms", int, "604800000", "Delete segments older than this (-1: never).",
-            min=-1),
+        Key("log.roll.ms", int, "604800000",
+            "Roll a segment at this age (log.roll.hours when not given).", min=1),
+        Key("log.retention.ms", int, "604800000",
+            "Delete segments older than this (-1: never); log.retention.minutes, then "
+            "log.retention.hours, when not given.", min=-1),
         Key("log.retention.bytes", int, "-1", "Delete oldest segments past this size (-1: never).",
             min=-1),
         Key("log.retention.check.interval.ms", int, "300000", "How often retention runs.", min=1),
@@ -201,9 +227,10 @@ KEYS: dict[str, Key] = {
             "Largest group.consumer.heartbeat.interval.ms allowed.", min=1),
         Key("group.consumer.max.size", int, "2147483647",
             "Members a consumer group may have.", min=1),
-        Key("group.consumer.migration.policy", _choice("bidirectional", "upgrade", "downgrade",
-                                                        "disabled"), "bidirectional",
-            "Whether a non-empty group may move between the classic and consumer protocols."),
+        Key("group.consumer.migration.policy", _migration_policy, "disabled",
+            "Whether a non-empty group may move between the classic and consumer protocols: "
+            "only disabled is served (an empty group still changes protocol, as in Kafka; "
+            "Kafka's default, bidirectional, converts non-empty groups too)."),
         # Client telemetry (KIP-714). Kafka takes subscriptions from client-metrics resources;
         # here they are these two keys of ours, and pushed metrics are counted, not exported.
         Key("telemetry.max.bytes", int, "1048576", "Largest PushTelemetry payload accepted.",
@@ -233,27 +260,27 @@ KEYS: dict[str, Key] = {
         Key("transaction.state.log.segment.bytes", int, "104857600",
             "Segment size of __transaction_state.", min=14),
         Key("transaction.state.log.replication.factor", int, "1",
-            "Accepted for compatibility: one broker keeps one replica.", min=1),
+            "Accepted for compatibility: one broker keeps one replica.", min=1, unused=True),
         Key("transaction.state.log.min.isr", int, "1",
-            "Accepted for compatibility: one broker keeps one replica.", min=1),
+            "Accepted for compatibility: one broker keeps one replica.", min=1, unused=True),
         Key("transaction.max.timeout.ms", int, "900000",
             "Largest transaction.timeout.ms a producer may ask for.", min=1),
         Key("transactional.id.expiration.ms", int, "604800000",
             "A transactional id idle this long (no transaction open) is forgotten.", min=1),
         Key("transaction.abort.timed.out.transaction.cleanup.interval.ms", int, "10000",
             "Accepted for compatibility: expired transactions are aborted on their own "
-            "deadline here, not by a periodic scan.", min=1),
+            "deadline here, not by a periodic scan.", min=1, unused=True),
         # Security: Kafka's keys. A key may also be given per listener as
         # listener.name.<listener>.<key> (lower-case listener name), as in Kafka.
         Key("listener.security.protocol.map", _list,
             "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
             "Listener name to security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)."),
         Key("inter.broker.listener.name", str.strip, "",
-            "Accepted for compatibility: one broker has no inter-broker traffic."),
+            "Accepted for compatibility: one broker has no inter-broker traffic.", unused=True),
         Key("security.inter.broker.protocol", str.strip, "PLAINTEXT",
-            "Accepted for compatibility: one broker has no inter-broker traffic."),
+            "Accepted for compatibility: one broker has no inter-broker traffic.", unused=True),
         Key("sasl.mechanism.inter.broker.protocol", str.strip, "GSSAPI",
-            "Accepted for compatibility: one broker has no inter-broker traffic."),
+            "Accepted for compatibility: one broker has no inter-broker traffic.", unused=True),
         Key("sasl.enabled.mechanisms", _list, "GSSAPI",
             "SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512."),
         Key("sasl.server.max.receive.size", int, "524288",
@@ -280,10 +307,11 @@ KEYS: dict[str, Key] = {
         Key("ssl.client.auth", _choice("none", "requested", "required"), "none",
             "Ask TLS clients for a certificate: none, requested or required."),
         Key("ssl.enabled.protocols", _list, "TLSv1.2,TLSv1.3", "TLS versions accepted."),
-        Key("ssl.protocol", str.strip, "TLSv1.3", "Accepted for compatibility."),
+        Key("ssl.protocol", str.strip, "TLSv1.3",
+            "Accepted for compatibility (ssl.enabled.protocols decides).", unused=True),
         Key("ssl.cipher.suites", _list, "", "Cipher suites allowed (empty: the defaults)."),
         Key("ssl.endpoint.identification.algorithm", str.strip, "https",
-            "Accepted for compatibility (a client-side check)."),
+            "Accepted for compatibility (a client-side check).", unused=True),
         Key("ssl.principal.mapping.rules", str.strip, "DEFAULT",
             "Rules mapping a client certificate's distinguished name to a user name."),
         Key("authorizer.class.name", str.strip, "",
@@ -304,6 +332,76 @@ KEYS: dict[str, Key] = {
 }
 
 
+@dataclass(frozen=True)
+class Alias:
+    """Kafka's other name for a served key (KafkaConfig's synonyms): used when the key itself
+    is not given, the first alias given winning, its value times ``factor`` in the key's unit."""
+
+    name: str
+    target: str
+    factor: int = 0  # 0: the text as it is; else an integer scaled to the target's unit
+    min: int | None = None
+
+
+# In Kafka's order of precedence for each target: log.retention.ms over .minutes over .hours.
+ALIASES: dict[str, Alias] = {
+    a.name: a
+    for a in (
+        Alias("broker.id", "node.id"),
+        Alias("log.dir", "log.dirs"),
+        Alias("log.retention.minutes", "log.retention.ms", 60_000),
+        Alias("log.retention.hours", "log.retention.ms", 3_600_000),
+        Alias("log.roll.hours", "log.roll.ms", 3_600_000, min=1),
+    )
+}
+
+
+def _with_aliases(raw: dict[str, str]) -> tuple[dict[str, str], set[str]]:
+    """``raw`` with each served key an alias stands for filled in from the alias, as Kafka's
+    KafkaConfig reads them (ConfigError naming the alias on a bad value), and the aliases
+    that were used; one given after its key or a stronger alias is not."""
+    out = dict(raw)
+    used: set[str] = set()
+    if "broker.id" in raw and "node.id" in raw:
+        if raw["broker.id"].strip() != raw["node.id"].strip():
+            raise ConfigError(f"broker.id={raw['broker.id']} and node.id={raw['node.id']}: set "
+                              f"node.id to the same value as broker.id (or give only one)")
+        used.add("broker.id")  # the same id twice: both say what is used
+    for alias in ALIASES.values():
+        if alias.name not in raw or alias.target in out:
+            continue
+        text = raw[alias.name]
+        if alias.factor:
+            try:
+                number = int(text)
+            except ValueError:
+                raise ConfigError(f"invalid value {text!r} for {alias.name}: expected an "
+                                  f"integer") from None
+            if alias.min is not None and number < alias.min:
+                raise ConfigError(f"invalid value {text!r} for {alias.name}: must be >= "
+                                  f"{alias.min}")
+            # Kafka's logRetentionTimeMillis: any negative retention is "never" (-1).
+            text = str(-1 if number < 0 else number * alias.factor)
+        out[alias.target] = text
+        used.add(alias.name)
+    return out, used
+
+
+def unknown_keys_message(unknown: list[str], problems: Sequence[str] = ()) -> str:
+    """One message for every key Kafka does not know either, a near miss with its likely key."""
+    candidates = [*KEYS, *ALIASES, *sorted(KAFKA_BROKER_KEYS - set(KEYS))]
+    named = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.8)
+        named.append(f"{name} (did you mean {close[0]}?)" if close else name)
+    parts = []
+    if named:
+        which = "key" if len(named) == 1 else "keys"
+        parts.append(f"unknown configuration {which} (neither Kafka's nor mini-broker's): "
+                     + ", ".join(named))
+    return "; ".join([*parts, *problems])
+
+
 class BrokerConfig:
     """Parsed configuration; attribute access by Kafka key via `cfg["log.dirs"]`.
 
@@ -319,6 +417,8 @@ class BrokerConfig:
         self.static: dict[str, str] = dict(static or {})
         # listener.name.<listener>.<key> values, parsed, by lower-case listener name.
         self._listener_values: dict[str, dict[str, Any]] = listener_values or {}
+        # Kafka's keys given that nothing here reads, for the one start-up warning.
+        self.unused_keys: list[str] = []
 
     def __getitem__(self, key: str) -> Any:
         return self._values[key]
@@ -347,9 +447,16 @@ class BrokerConfig:
         return parse_protocol_map(self["listener.security.protocol.map"])
 
     def listener_specs(self) -> list[ListenerSpec]:
-        """Every entry of ``listeners``, checked as Kafka's listenerListToEndPoints checks them."""
-        return endpoints(self["listeners"], self.security_protocol_map(), "listeners",
-                         distinct_ports=True)
+        """Every entry of ``listeners`` but the controller's, checked as Kafka's
+        listenerListToEndPoints checks them."""
+        return endpoints(self._served(self["listeners"], "listeners"),
+                         self.security_protocol_map(), "listeners", distinct_ports=True)
+
+    def _served(self, entries: list[str], key: str) -> list[str]:
+        """The entries not named in controller.listener.names: a KRaft controller's listeners
+        are not bound, there being no controller quorum here."""
+        controllers = {n.upper() for n in self["controller.listener.names"]}
+        return [e for e in entries if parse_endpoint(e, key)[0] not in controllers]
 
     def advertised_endpoints(self) -> dict[str, tuple[str, int]]:
         """The (host, port) given to clients of each listener: its advertised.listeners entry,
@@ -368,8 +475,9 @@ class BrokerConfig:
     def _advertised_specs(self) -> list[ListenerSpec]:
         if not self["advertised.listeners"]:
             return []
-        return endpoints(self["advertised.listeners"], self.security_protocol_map(),
-                         "advertised.listeners", distinct_ports=False)
+        return endpoints(self._served(self["advertised.listeners"], "advertised.listeners"),
+                         self.security_protocol_map(), "advertised.listeners",
+                         distinct_ports=False)
 
     def listener_value(self, listener_name: str, key: str) -> Any:
         """``key`` for one listener: listener.name.<listener>.<key> when set, else the plain
@@ -421,18 +529,38 @@ class BrokerConfig:
 
     @classmethod
     def from_dict(cls, raw: dict[str, str]) -> BrokerConfig:
+        """Kafka's keys: served ones parsed, aliases folded into their key, the rest of Kafka's
+        kept in ``unused_keys``; every key Kafka does not know refused in one ConfigError."""
+        given, aliases_used = _with_aliases(raw)
+        controllers = {n.lower() for n in _list(given.get("controller.listener.names", ""))}
         per_listener: dict[str, dict[str, Any]] = {}
-        unknown = []
-        for name in sorted(set(raw) - set(KEYS)):
+        unknown: list[str] = []
+        unused: list[str] = []
+        problems: list[str] = []
+        for name in sorted(set(raw) - set(KEYS) - set(ALIASES)):
             if not name.startswith(LISTENER_PREFIX):
-                unknown.append(name)
+                (unused if name in KAFKA_BROKER_KEYS else unknown).append(name)
                 continue
-            listener, key = _split_listener_key(name)
+            listener, _, key = name[len(LISTENER_PREFIX):].partition(".")
+            if listener in controllers or (key in KAFKA_LISTENER_KEYS and key not in
+                                           PER_LISTENER_KEYS):
+                unused.append(name)  # a controller's listener, or a key read for none here
+                continue
+            try:
+                listener, key = _split_listener_key(name)
+            except ConfigError as exc:
+                problems.append(str(exc))
+                continue
             per_listener.setdefault(listener, {})[key] = _parse_listener_key(name, key, raw[name])
-        if unknown:
-            raise ConfigError(f"unknown configuration key: {unknown[0]}")
-        values = {name: _parse(key, raw.get(name, key.default)) for name, key in KEYS.items()}
+            if key in KEYS and KEYS[key].unused:
+                unused.append(name)
+        if unknown or problems:
+            raise ConfigError(unknown_keys_message(unknown, problems))
+        values = {name: _parse(key, given.get(name, key.default)) for name, key in KEYS.items()}
         config = cls(values, raw, per_listener)
+        config.unused_keys = sorted(
+            unused + [n for n in raw if n in KEYS and KEYS[n].unused]
+            + [n for n in raw if n in ALIASES and n not in aliases_used])
         config._check_listeners()
         config._check_groups()
         return config
@@ -681,6 +809,15 @@ JAAS_SUFFIX = ".sasl.jaas.config"
 PER_LISTENER_KEYS = frozenset(
     {k for k in KEYS if k.startswith("ssl.")}
     | {"sasl.enabled.mechanisms", "sasl.server.max.receive.size", "connections.max.reauth.ms"})
+
+
+# Keys Kafka reads per listener (its channel builders and connection quotas): given with a
+# listener prefix but not read per listener here, they are Kafka's unused keys, not typos.
+KAFKA_LISTENER_KEYS = frozenset(
+    k for k in KAFKA_BROKER_KEYS
+    if k.startswith(("ssl.", "sasl.")) or k in ("max.connections", "max.connection.creation.rate",
+                                                 "connections.max.reauth.ms",
+                                                 "principal.builder.class"))
 
 
 def parse_protocol_map(entries: list[str]) -> dict[str, str]:

@@ -73,12 +73,13 @@ class GroupConfig:
     new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS
     consumer: ConsumerGroupConfig = ConsumerGroupConfig(True, 45_000, 5_000, 2**31 - 1,
                                                         ("uniform", "range"))
+    max_size: int = 2**31 - 1  # group.max.size: members a classic group may have
 
     @classmethod
     def of(cls, cfg: BrokerConfig) -> GroupConfig:
         return cls(cfg["group.initial.rebalance.delay.ms"], cfg["group.min.session.timeout.ms"],
                    cfg["group.max.session.timeout.ms"], cfg["offsets.retention.minutes"] * 60_000,
-                   consumer=ConsumerGroupConfig.of(cfg))
+                   consumer=ConsumerGroupConfig.of(cfg), max_size=cfg["group.max.size"])
 
 
 class GroupCoordinator:
@@ -155,6 +156,12 @@ class GroupCoordinator:
             return JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id=member_id)
         if not group.supports(protocol_type, protocols):
             return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+        if not self._accepts_joining(group, member_id):
+            # A member of the group that is not rejoining in time is dropped from it (Kafka).
+            member = group.members.get(member_id)
+            if member is not None:
+                self._remove_and_update(group, member, "found the group full")
+            return JoinResult(ErrorCode.GROUP_MAX_SIZE_REACHED)
         if rebalance_timeout_ms < 0:
             rebalance_timeout_ms = session_timeout_ms  # JoinGroup v0 has no rebalance timeout
         details = (client_id, client_host, rebalance_timeout_ms, session_timeout_ms,
@@ -162,6 +169,19 @@ class GroupCoordinator:
         if not member_id:
             return self._join_unknown(group, instance_id, require_known_id, *details)
         return self._join_known(group, member_id, instance_id, *details)
+
+    def _accepts_joining(self, group: GroupMetadata, member_id: str) -> bool:
+        """Kafka's acceptJoiningMember under group.max.size: while a rebalance gathers members
+        those already rejoined count, so the last to rejoin an over-full group are turned away;
+        otherwise the members count."""
+        if group.is_(S.EMPTY, S.DEAD):
+            return True
+        member = group.members.get(member_id)
+        if group.is_(S.PREPARING_REBALANCE):
+            awaiting = sum(m.awaiting_join is not None for m in group.members.values())
+            return (member is not None and member.awaiting_join is not None
+                    ) or awaiting < self.config.max_size
+        return member is not None or len(group.members) < self.config.max_size
 
     def _classic_from_empty_consumer_group(self, consumer_group: ConsumerGroup) -> None:
         """An empty consumer group may change protocol: a classic group takes its place and

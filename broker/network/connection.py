@@ -190,7 +190,7 @@ class Connection(asyncio.BufferedProtocol):
             self.closed = True
             transport.close()
             return
-        log.info("connection opened", peer=self.peer, channel=self.channel_id)
+        log.debug("connection opened", peer=self.peer, channel=self.channel_id)
         if self.security.ssl_context is not None and not self._tls_principal(transport):
             return
         if self.auth is not None:
@@ -253,7 +253,7 @@ class Connection(asyncio.BufferedProtocol):
         self._pending = None
         if self._registered:
             self.channel.unregister(self)  # gives back every byte it held
-            log.info("connection closed", peer=self.peer, channel=self.channel_id)
+            log.debug("connection closed", peer=self.peer, channel=self.channel_id)
 
     # -- request path ----------------------------------------------------------------------
     def _dispatch(self) -> None:

@@ -59,5 +59,5 @@ class ConnectionQuotas:
     def closed_idle(self, peer: str, idle_ms: float) -> None:
         self.idle_closed += 1
         if self.idle_closed % 1000 == 1:
-            log.info("idle connection closed", peer=peer, idle_ms=round(idle_ms),
-                     closed=self.idle_closed)
+            log.debug("idle connection closed", peer=peer, idle_ms=round(idle_ms),
+                      closed=self.idle_closed)

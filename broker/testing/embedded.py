@@ -15,8 +15,10 @@ crashes (no flush, no clean-shutdown marker) so the next ``start`` runs recovery
 ``restart`` keeps the port so clients keep their bootstrap address. ``clock="manual"`` puts
 broker time in the test's hands (``advance``); fault injection comes from broker.testing.faults.
 
-The embedded broker never touches the process's logging or GC settings: structlog prints as
-the process has it configured.
+The embedded broker never touches the process's GC settings, nor a logging set up by the
+process: structlog prints as the process configured it; left unconfigured, structlog is sent
+to the standard logging module (broker.logging.to_standard_logging), so the broker's lines
+are filtered by level there (pytest shows WARNING and above, of a failed test, by default).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any, TypeVar
 from broker import wallclock
 from broker.config import BrokerConfig
 from broker.log.manager import CLEAN_SHUTDOWN_FILE
+from broker.logging import to_standard_logging
 from broker.server import Broker
 from broker.testing.clock import ManualClock
 from broker.testing.faults import Fault, Faults
@@ -267,6 +270,7 @@ class EmbeddedBroker:
     # -- both --------------------------------------------------------------------------------
     async def _start_broker(self) -> None:
         started = time.perf_counter()
+        to_standard_logging()
         properties = dict(self.properties)
         if self.port:  # a restart keeps the port: clients keep their bootstrap address
             properties["listeners"] = _with_port(properties["listeners"], self.port)

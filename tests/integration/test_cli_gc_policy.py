@@ -16,7 +16,8 @@ def _events(broker: BrokerProcess, name: str) -> list[dict]:
 
 def test_cli_applies_the_policy_and_logs_the_pauses(tmp_path):
     broker = BrokerProcess(tmp_path, {"minibroker.gc.policy": "tuned",
-                                      "minibroker.gc.gen0.threshold": "40000"}).start()
+                                      "minibroker.gc.gen0.threshold": "40000",
+                                      "log.level": "DEBUG"}).start()  # the policy line
     assert broker.stop() == 0
     [applied] = _events(broker, "gc policy")
     assert applied["policy"] == "tuned"
@@ -27,7 +28,8 @@ def test_cli_applies_the_policy_and_logs_the_pauses(tmp_path):
 
 
 def test_cli_default_policy_leaves_cpython_as_is(tmp_path):
-    broker = BrokerProcess(tmp_path, {"minibroker.gc.policy": "default"}).start()
+    broker = BrokerProcess(tmp_path, {"minibroker.gc.policy": "default",
+                                      "log.level": "DEBUG"}).start()
     assert broker.stop() == 0
     [applied] = _events(broker, "gc policy")
     assert applied["thresholds"] == list(gc.get_threshold())  # pytest's: CPython's own

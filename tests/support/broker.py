@@ -14,8 +14,10 @@ from pathlib import Path
 class BrokerProcess:
     """Starts `python -m broker` with overrides; learns its port from the start log line."""
 
-    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None) -> None:
+    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None,
+                 properties: Path | None = None) -> None:
         self.data_dir = data_dir
+        self.properties = properties  # a server.properties file the overrides apply to
         # Metrics on an ephemeral port by default, so brokers never collide on 9404.
         self.overrides = {"log.dirs": str(data_dir / "logs"),
                           "metrics.listener": "http://127.0.0.1:0/metrics", **(overrides or {})}
@@ -42,6 +44,8 @@ class BrokerProcess:
         overrides["listeners"] = ",".join(self._keep_port(e)
                                           for e in overrides["listeners"].split(","))
         args = [sys.executable, "-m", "broker"]
+        if self.properties is not None:
+            args.append(str(self.properties))
         for k, v in overrides.items():
             args += ["--override", f"{k}={v}"]
         self.data_dir.mkdir(parents=True, exist_ok=True)
