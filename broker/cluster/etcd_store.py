@@ -93,7 +93,11 @@ def _error(e: grpc.aio.AioRpcError) -> StoreError:
 
 
 class EtcdStore(MetadataStore):
-    """A MetadataStore on one etcd endpoint (``host:port``)."""
+    """A MetadataStore on one etcd endpoint (``host:port``).
+
+    A request waits up to ``request_timeout`` for etcd to be reachable (gRPC's wait-for-ready:
+    a reconnect after a short outage is not an error), then raises StoreUnavailable.
+    """
 
     def __init__(
         self,
@@ -170,7 +174,12 @@ class EtcdStore(MetadataStore):
         await self.connect()
         fn = getattr(getattr(self._client, stub), method)
         try:
-            return await fn(request, timeout=self.request_timeout, metadata=self._client.metadata)
+            return await fn(
+                request,
+                timeout=self.request_timeout,
+                metadata=self._client.metadata,
+                wait_for_ready=True,
+            )
         except grpc.aio.AioRpcError as e:
             raise _error(e) from None
 
@@ -256,6 +265,7 @@ class EtcdStore(MetadataStore):
             iter([rpc.LeaseKeepAliveRequest(ID=lease_id)]),
             timeout=self.request_timeout,
             metadata=self._client.metadata,
+            wait_for_ready=True,
         )
         try:
             resp = await call.read()
@@ -310,7 +320,7 @@ class _EtcdWatchStream(WatchStream):
 
     async def open(self) -> None:
         self._call = self.store._watch_stub.Watch(
-            self._requests(), metadata=self.store._client.metadata
+            self._requests(), metadata=self.store._client.metadata, wait_for_ready=True
         )
         try:
             created = await asyncio.wait_for(self._read(), self.store.request_timeout)
