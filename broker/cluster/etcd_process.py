@@ -95,6 +95,10 @@ class EtcdProcess:
         )
         self.data_dir = self.base_dir / f"{name}.etcd"
         self.log_path = self.base_dir / f"{name}.log"
+        # Ports the kernel picked may be taken by someone else before etcd binds them: then the
+        # first start picks again. Ports given by the caller are kept.
+        self._pick_ports = client_port is None and peer_port is None
+        self._started = False
         self.client_port = client_port or free_port()
         self.peer_port = peer_port or free_port()
         self.heartbeat_ms = heartbeat_ms
@@ -149,6 +153,21 @@ class EtcdProcess:
         if self.running():
             return self
         self.base_dir.mkdir(parents=True, exist_ok=True)
+        for attempt in range(3):
+            self._spawn()
+            try:
+                self._wait_healthy(timeout)
+                break
+            except RuntimeError:
+                port_taken = "address already in use" in self.log_tail()
+                if attempt == 2 or self._started or not self._pick_ports or not port_taken:
+                    raise
+                shutil.rmtree(self.data_dir, ignore_errors=True)
+                self.client_port, self.peer_port = free_port(), free_port()
+        self._started = True
+        return self
+
+    def _spawn(self) -> None:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 self.args(),
@@ -157,8 +176,6 @@ class EtcdProcess:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        self._wait_healthy(timeout)
-        return self
 
     def _wait_healthy(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

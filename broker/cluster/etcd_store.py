@@ -96,7 +96,8 @@ class EtcdStore(MetadataStore):
     """A MetadataStore on one etcd endpoint (``host:port``).
 
     A request waits up to ``request_timeout`` for etcd to be reachable (gRPC's wait-for-ready:
-    a reconnect after a short outage is not an error), then raises StoreUnavailable.
+    a reconnect after a short outage is not an error), then raises StoreUnavailable. Make it
+    on the loop that uses it (gRPC's channel and the store's clock belong to that loop).
     """
 
     def __init__(

@@ -59,9 +59,13 @@ class InMemoryStore(MetadataStore):
     """A MetadataStore in one process. Make it on the loop that uses it (it reads the loop's
     clock unless given one)."""
 
-    def __init__(self, clock: Clock | None = None, *, min_lease_ttl: int = 1) -> None:
+    def __init__(
+        self, clock: Clock | None = None, *, min_lease_ttl: int = 1, max_history: int = 100_000
+    ) -> None:
         self.clock = clock if clock is not None else LoopClock(asyncio.get_running_loop())
         self.min_lease_ttl = min_lease_ttl
+        # etcd's --auto-compaction: a long-lived single node must not keep every event.
+        self.max_history = max_history
         self._kvs: dict[str, KeyValue] = {}
         # etcd starts at revision 1 with no keys; the first write is revision 2.
         self._revision = 1
@@ -203,6 +207,9 @@ class InMemoryStore(MetadataStore):
     def _commit(self, rev: int, events: list[WatchEvent]) -> None:
         self._revision = rev
         self._history.extend(events)
+        if len(self._history) > self.max_history:
+            # Compact at the oldest revision to keep: its events stay whole.
+            self._compact(self._history[-self.max_history].revision)
         self._wake()
 
     # -- leases ---------------------------------------------------------------------------
@@ -266,10 +273,13 @@ class InMemoryStore(MetadataStore):
             raise StoreError("required revision is a future revision")
         if revision <= self._compact_revision:
             raise StoreError("required revision has been compacted")
+        self._compact(revision)
+        self._wake()
+
+    def _compact(self, revision: int) -> None:
         self._compact_revision = revision
         cut = bisect.bisect_left(self._history, revision, key=lambda e: e.revision)
         del self._history[:cut]
-        self._wake()
 
     async def _open_watch(self, key: str, prefix: bool, start_revision: int) -> WatchStream:
         self._check()

@@ -260,11 +260,10 @@ class Watch:
     """Every event on a key (or prefix) after a revision, in revision order, with no gaps.
 
     When the store's connection breaks the watch reopens from the revision after the last
-    batch it received (``reconnects`` counts that), at once and then with a bounded backoff
-    on the store's clock; when that
-    revision has been compacted it raises ``WatchCompacted``: the caller re-lists and watches
-    again from the listing's revision + 1. Use ``async for`` and ``close`` (or ``async with``);
-    one consumer at a time.
+    batch it received (``reconnects`` counts that), at once and then with a bounded backoff on
+    the store's clock; when that revision has been compacted it raises ``WatchCompacted``: the
+    caller re-lists and watches again from the listing's revision + 1. Use ``async for`` and
+    ``close`` (or ``async with``); one consumer at a time.
     """
 
     def __init__(

@@ -4,6 +4,7 @@ etcd child process the tests and the embedded cluster use."""
 from __future__ import annotations
 
 import os
+import socket
 import time
 
 import pytest
@@ -91,3 +92,16 @@ def test_a_restarted_etcd_keeps_its_ports_and_data_dir_and_close_removes_it() ->
     assert etcd.healthy() and data_dir.is_dir()
     etcd.close()
     assert not etcd.running() and not etcd.base_dir.exists()
+
+
+def test_a_port_taken_before_etcd_binds_it_makes_the_first_start_pick_others() -> None:
+    etcd = EtcdProcess()
+    taken = etcd.client_port
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", taken))
+        squatter.listen()
+        etcd.start()
+        try:
+            assert etcd.client_port != taken and etcd.healthy()
+        finally:
+            etcd.close()

@@ -77,3 +77,22 @@ async def test_a_txn_writing_a_key_twice_is_refused(
     with pytest.raises(StoreError, match="duplicate key"):
         await store.txn([], [Put("/a/b", b"1"), Delete("/a/", prefix=True)])
     assert (await store.get_prefix("/")).revision == 1
+
+
+async def test_history_beyond_its_limit_is_compacted_and_old_watches_relist() -> None:
+    from broker.cluster.store import Put, WatchCompacted
+
+    store = InMemoryStore(ManualClock(), max_history=4)
+    first = await store.put("/a", b"1")
+    await store.put("/a", b"2")
+    both = await store.txn([], [Put("/a", b"3"), Put("/b", b"3")])
+    await store.put("/a", b"4")  # five events: the oldest revisions go, whole revisions kept
+    with pytest.raises(WatchCompacted) as info:
+        await anext(store.watch("/", prefix=True, start_revision=first))
+    assert info.value.compact_revision == first + 1
+    watch = store.watch("/", prefix=True, start_revision=both.revision)
+    assert [(e.revision, e.kv.key) for e in [await anext(watch) for _ in range(3)]] == [
+        (both.revision, "/a"),
+        (both.revision, "/b"),
+        (both.revision + 1, "/a"),
+    ]
