@@ -106,6 +106,7 @@ class EtcdStore(MetadataStore):
         *,
         root: str = "",
         request_timeout: float = 5.0,
+        page_size: int = 1000,
         username: str | None = None,
         password: str | None = None,
     ) -> None:
@@ -113,6 +114,7 @@ class EtcdStore(MetadataStore):
         self.endpoint = endpoint
         self.root = root.rstrip("/")
         self.request_timeout = request_timeout
+        self.page_size = page_size
         self._client = aetcd.Client(
             host=host or "127.0.0.1",
             port=int(port),
@@ -191,8 +193,24 @@ class EtcdStore(MetadataStore):
         return self._kv(resp.kvs[0]) if resp.kvs else None
 
     async def get_prefix(self, prefix: str) -> Listing:
-        resp = await self._call("kvstub", "Range", self._range_request(prefix, True))
-        return Listing([self._kv(kv) for kv in resp.kvs], resp.header.revision)
+        """Read in pages of ``page_size`` keys, every page at the first page's revision: one
+        consistent snapshot however many keys (a single response is capped by gRPC's message
+        size), that the watch from ``revision + 1`` continues."""
+        raw = self._key(prefix)
+        end = prefix_end(raw)
+        kvs: list[KeyValue] = []
+        start, revision = raw, 0
+        while True:
+            request = rpc.RangeRequest(
+                key=start, range_end=end, limit=self.page_size, revision=revision
+            )
+            resp = await self._call("kvstub", "Range", request)
+            if not revision:
+                revision = resp.header.revision
+            kvs.extend(self._kv(kv) for kv in resp.kvs)
+            if not resp.more or not resp.kvs:
+                return Listing(kvs, revision)
+            start = bytes(resp.kvs[-1].key) + b"\0"
 
     async def put(self, key: str, value: bytes, *, lease: int = 0) -> int:
         request = rpc.PutRequest(key=self._key(key), value=value, lease=lease)

@@ -48,6 +48,35 @@ async def test_stores_with_different_roots_share_an_etcd_without_seeing_each_oth
         await b.close()
 
 
+async def test_a_listing_larger_than_a_page_is_one_snapshot(etcd_server: EtcdProcess) -> None:
+    store = EtcdStore(etcd_server.endpoint, root="/paged", page_size=10)
+    writer = EtcdStore(etcd_server.endpoint, root="/paged")
+    try:
+        for i in range(25):
+            await writer.put(f"/brokers/topics/t/partitions/{i:02}/state", b"%d" % i)
+        reads = 0
+        real_call = store._call
+
+        async def call_and_write_between_pages(stub: str, method: str, request: object) -> object:
+            nonlocal reads
+            reads += 1
+            resp = await real_call(stub, method, request)
+            if reads == 1:  # a write after the first page must not show in the listing
+                await writer.put("/brokers/topics/t/partitions/99/state", b"late")
+            return resp
+
+        store._call = call_and_write_between_pages  # type: ignore[method-assign]
+        listing = await store.get_prefix("/brokers/topics/t/partitions/")
+        assert reads == 3
+        assert [kv.value for kv in listing.kvs] == [b"%d" % i for i in range(25)]
+        late = await writer.get("/brokers/topics/t/partitions/99/state")
+        assert late is not None and listing.revision == late.mod_revision - 1
+    finally:
+        await writer.delete_prefix("/")
+        await store.close()
+        await writer.close()
+
+
 async def test_requests_wait_for_etcd_up_to_their_timeout_then_fail_unavailable(
     own_etcd: EtcdProcess,
 ) -> None:

@@ -197,6 +197,11 @@ async def test_revoke_deletes_the_keys_at_once(backend: Backend) -> None:
     s = backend.store
     lease = await s.grant_lease(30)
     await s.put("/brokers/ids/7", b"x", lease=lease.id)
+    # "Is this key still held by my lease?" (a controller checking it still is one).
+    mine = await s.txn([Compare.lease("/brokers/ids/7", "==", lease.id)], [Get("/brokers/ids/7")])
+    assert mine.succeeded and mine.responses[0][0].lease == lease.id  # type: ignore[index]
+    other = await s.txn([Compare.lease("/brokers/ids/7", "==", lease.id + 1)], [])
+    assert not other.succeeded
     assert await s.revoke_lease(lease.id) is True
     assert await s.get("/brokers/ids/7") is None
     assert await s.revoke_lease(lease.id) is False
@@ -387,9 +392,10 @@ async def test_keepalive_reports_loss_when_the_store_is_unreachable_past_the_ttl
 
     assert await b.eventually(reported, within_s=ttl + 2)
     lost_at = keeper.clock.time()
-    # Lost no later than the TTL after the last refresh that got through (plus scheduling),
+    # Lost no later than the TTL after the last refresh that got through (plus scheduling on
+    # a busy machine),
     # and not before: the keeper never gives up a lease that may still be alive.
-    assert last_ok + ttl * 1000 <= lost_at <= last_ok + ttl * 1000 + 500
+    assert last_ok + ttl * 1000 <= lost_at <= last_ok + ttl * 1000 + 1000
     assert lost_at > down_at
     assert len(lost) == 1 and "no refresh" in lost[0]
     assert keeper.failed_refreshes >= 1
