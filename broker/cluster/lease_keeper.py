@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import structlog
 
-from broker.cluster.store import Lease, MetadataStore, StoreUnavailable, sleep_until
+from broker.cluster.store import Lease, MetadataStore, StoreError, sleep_until
 from purgatory.clock import Clock
 
 log = structlog.get_logger("broker.cluster")
@@ -82,7 +82,7 @@ class LeaseKeeper:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if revoke and not self.lost.is_set():
-            with contextlib.suppress(StoreUnavailable):
+            with contextlib.suppress(StoreError):
                 await self.store.revoke_lease(self.lease.id)
 
     async def __aenter__(self) -> LeaseKeeper:
@@ -92,6 +92,13 @@ class LeaseKeeper:
         await self.stop(revoke=True)
 
     async def _run(self) -> None:
+        try:
+            await self._keep()
+        except Exception as e:  # the owner must hear of it, or it would act on a dead lease
+            log.exception("lease keeper failed", lease=f"{self.lease.id:x}")
+            self._lose(f"the lease keeper failed: {e!r}")
+
+    async def _keep(self) -> None:
         next_at = self.last_refreshed_ms + self.ttl_ms / 3
         while True:
             await sleep_until(self.clock, next_at)
@@ -118,7 +125,7 @@ class LeaseKeeper:
         try:
             async with asyncio.timeout(budget_s):
                 ttl = await self.store.refresh_lease(self.lease.id)
-        except (StoreUnavailable, TimeoutError) as e:
+        except (StoreError, TimeoutError) as e:  # unreachable, or refused: retry till expiry
             self.failed_refreshes += 1
             if not self._failing:
                 log.warning("lease refresh failed, retrying", lease=f"{self.lease.id:x}",
