@@ -146,6 +146,9 @@ class EtcdStore(MetadataStore):
     # -- keys -----------------------------------------------------------------------------
 
     def _key(self, key: str) -> bytes:
+        if self.root and not key.startswith("/"):
+            # "/a" + "b" would reach into a sibling root "/ab".
+            raise ValueError(f"keys under a root are absolute paths: {key!r}")
         return (self.root + key).encode()
 
     def _unkey(self, raw: bytes) -> str:
