@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 KAFKAJS := tests/conformance/kafkajs
 
 .PHONY: install run test lint bench system-deps java-deps java-client-deps node-deps \
-	conformance-clients pipeline-demo \
+	conformance-clients pipeline-demo etcd-deps \
 	clean
 
 $(STAMP): pyproject.toml
@@ -81,7 +81,11 @@ conformance-clients:
 	@bash tests/conformance/debian_librdkafka/install.sh
 	@bash tests/conformance/go/install.sh
 
-test: install system-deps java-deps java-client-deps node-deps conformance-clients
+# etcd for the cluster metadata store's tests (tests/cluster/): Debian's, service left stopped.
+etcd-deps:
+	@bash tests/cluster/install_etcd.sh
+
+test: install system-deps java-deps java-client-deps node-deps conformance-clients etcd-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 pipeline-demo: install java-deps
