@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from broker.config_error import ConfigError
 from broker.group.assignors import assignor_names
 from broker.kafka_keys import KAFKA_BROKER_KEYS
 from broker.log.validator import (
@@ -27,10 +28,6 @@ from broker.log.validator import (
     codec_available,
     compression_level_problem,
 )
-
-
-class ConfigError(ValueError):
-    pass
 
 
 def _bool(v: str) -> bool:
@@ -479,6 +476,12 @@ class BrokerConfig:
                          self.security_protocol_map(), "advertised.listeners",
                          distinct_ports=False)
 
+    def listener_key_name(self, listener_name: str, key: str) -> str:
+        """The name ``key`` was given under for a listener: its ``listener.name.<l>.`` form
+        when set for that listener, else the plain key (what an error message should name)."""
+        own = self._listener_values.get(listener_name.lower(), {})
+        return f"{LISTENER_PREFIX}{listener_name.lower()}.{key}" if key in own else key
+
     def listener_value(self, listener_name: str, key: str) -> Any:
         """``key`` for one listener: listener.name.<listener>.<key> when set, else the plain
         key's value (Kafka's valuesWithPrefixOverride). A SASL mechanism's JAAS text
@@ -617,101 +620,6 @@ class BrokerConfig:
                 raise ConfigError(
                     f"{LISTENER_PREFIX}{listener}.* is set but listeners has no listener named "
                     f"{listener.upper()} ({', '.join(sorted(names))})")
-        for spec in specs:
-            if spec.security_protocol in ("SSL", "SASL_SSL"):
-                self._check_tls(spec.name)
-            if spec.security_protocol.startswith("SASL_"):
-                self._check_sasl(spec.name)
-
-    def _check_tls(self, listener: str) -> None:
-        """Kafka's PEM key store and trust store rules (DefaultSslEngineFactory), per listener;
-        the files' contents are read when the listener's TLS context is built at start."""
-        def value(key: str) -> Any:
-            return self.listener_value(listener, key)
-
-        def where(key: str) -> str:
-            own = self._listener_values.get(listener.lower(), {})
-            return f"{LISTENER_PREFIX}{listener.lower()}.{key}" if key in own else key
-
-        prefix = f"listener {listener}"
-        key, chain = value("ssl.keystore.key"), value("ssl.keystore.certificate.chain")
-        location, ktype = value("ssl.keystore.location"), value("ssl.keystore.type")
-        if key or chain or location:
-            if ktype.upper() != "PEM":
-                raise ConfigError(
-                    f"{prefix}: {where('ssl.keystore.type')}={ktype}: only PEM key stores are "
-                    f"served; set ssl.keystore.type=PEM (convert a JKS or PKCS12 store to one "
-                    f"PEM file holding the private key and the certificate chain)")
-            if value("ssl.keystore.password"):
-                raise ConfigError(
-                    f"{prefix}: {where('ssl.keystore.password')} cannot be given with a PEM key "
-                    f"store; an encrypted private key takes ssl.key.password")
-        if key and not chain:
-            raise ConfigError(f"{prefix}: {where('ssl.keystore.key')} is given but "
-                              f"ssl.keystore.certificate.chain is not")
-        if chain and not key:
-            raise ConfigError(f"{prefix}: {where('ssl.keystore.certificate.chain')} is given "
-                              f"but ssl.keystore.key is not")
-        if key and location:
-            raise ConfigError(f"{prefix}: both {where('ssl.keystore.location')} and an inline "
-                              f"ssl.keystore.key are given; use one")
-        if not key and not location:
-            raise ConfigError(
-                f"{prefix} (listeners) is {self.security_protocol_map().get(listener)} and needs "
-                f"a key store: set ssl.keystore.type=PEM with ssl.keystore.location (one PEM "
-                f"file: private key and certificate chain), or ssl.keystore.certificate.chain "
-                f"and ssl.keystore.key, optionally as {LISTENER_PREFIX}{listener.lower()}.ssl.*")
-        if location and not Path(location).is_file():
-            raise ConfigError(f"{prefix}: {where('ssl.keystore.location')}={location}: "
-                              f"no such file")
-        certs, tloc = value("ssl.truststore.certificates"), value("ssl.truststore.location")
-        ttype = value("ssl.truststore.type")
-        if (certs or tloc) and ttype.upper() != "PEM":
-            raise ConfigError(
-                f"{prefix}: {where('ssl.truststore.type')}={ttype}: only PEM trust stores are "
-                f"served; set ssl.truststore.type=PEM (a PEM file of CA certificates)")
-        if (certs or tloc) and value("ssl.truststore.password"):
-            raise ConfigError(f"{prefix}: {where('ssl.truststore.password')} cannot be given "
-                              f"with a PEM trust store")
-        if certs and tloc:
-            raise ConfigError(f"{prefix}: both {where('ssl.truststore.location')} and "
-                              f"ssl.truststore.certificates are given; use one")
-        if tloc and not Path(tloc).is_file():
-            raise ConfigError(f"{prefix}: {where('ssl.truststore.location')}={tloc}: no such file")
-        for version in value("ssl.enabled.protocols"):
-            if version not in TLS_VERSIONS:
-                raise ConfigError(
-                    f"{prefix}: {where('ssl.enabled.protocols')}: unknown protocol {version!r} "
-                    f"(expected {', '.join(TLS_VERSIONS)})")
-        from broker.security.ssl import openssl_cipher_names  # the ssl module's view
-
-        try:
-            openssl_cipher_names(value("ssl.cipher.suites"))
-        except ValueError as exc:
-            raise ConfigError(f"{prefix}: {where('ssl.cipher.suites')}: {exc}") from None
-        from broker.security.ssl import SslPrincipalMapper
-
-        try:
-            SslPrincipalMapper(value("ssl.principal.mapping.rules"))
-        except ValueError as exc:
-            raise ConfigError(f"{prefix}: {where('ssl.principal.mapping.rules')}: {exc}") from None
-
-    def _check_sasl(self, listener: str) -> None:
-        mechanisms = self.listener_value(listener, "sasl.enabled.mechanisms")
-        own = self._listener_values.get(listener.lower(), {})
-        where = (f"{LISTENER_PREFIX}{listener.lower()}.sasl.enabled.mechanisms"
-                 if "sasl.enabled.mechanisms" in own else "sasl.enabled.mechanisms")
-        served = ", ".join(SASL_MECHANISMS)
-        if not mechanisms:
-            raise ConfigError(f"listener {listener} uses SASL but {where} is empty: set it to "
-                              f"one or more of {served}")
-        for mechanism in mechanisms:
-            if mechanism not in SASL_MECHANISMS:
-                default = (" (GSSAPI is Kafka's default)" if mechanism == "GSSAPI" else "")
-                raise ConfigError(
-                    f"listener {listener}: SASL mechanism {mechanism} is not served{default}; "
-                    f"set {where} to one or more of {served}")
-
 
 def value_text(value: Any) -> str:
     """A parsed value as Kafka writes it back (ConfigDef.convertToString): lists joined by

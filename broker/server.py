@@ -56,6 +56,7 @@ from broker.network.request_channel import HandlerResult, Request, RequestChanne
 from broker.replica.fetch_session import FetchSessionCache
 from broker.replica.replica_manager import ReplicaManager
 from broker.security.authorizer import Authorizer
+from broker.security.config_checks import check_listener_security
 from broker.security.listener import ListenerSecurity
 from broker.security.sasl import AuthenticationStats, sasl_server_config
 from broker.security.scram import ScramCredentialStore
@@ -206,6 +207,7 @@ class Broker:
         """Each listener's TLS context, principal builder and SASL settings (ConfigError when
         a key store cannot be loaded), built before anything is bound."""
         cfg = self.config
+        check_listener_security(cfg)
         out = {}
         for spec in specs:
             parts: dict[str, Any] = {}

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from broker.config import ConfigError
+from broker.config_error import ConfigError
 from broker.security.jaas import server_login_module
 from broker.security.principal import USER_TYPE, KafkaPrincipal, Session
 from broker.security.scram import MECHANISMS as SCRAM_MECHANISMS

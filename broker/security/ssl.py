@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from broker.config import ConfigError
+from broker.config_error import ConfigError
 from broker.security.principal import ANONYMOUS, USER_TYPE, KafkaPrincipal
 
 if TYPE_CHECKING:

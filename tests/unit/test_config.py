@@ -1,6 +1,7 @@
 import pytest
 
 from broker.config import BrokerConfig, ConfigError, read_properties
+from broker.security.config_checks import check_listener_security
 
 
 def test_defaults_and_overrides(tmp_path):
@@ -30,8 +31,10 @@ def test_defaults_and_overrides(tmp_path):
     ],
 )
 def test_bad_keys_and_values_name_the_key(override, key):
+    """Refused when read or, for a listener's security keys, when checked at start (before
+    any listener is bound, as Kafka checks them when it builds the listener's channel)."""
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
-        BrokerConfig.from_properties(None, [override])
+        check_listener_security(BrokerConfig.from_properties(None, [override]))
 
 
 def test_properties_continuation_lines(tmp_path):
@@ -47,6 +50,13 @@ def _cfg(**overrides: str) -> BrokerConfig:
 
 def _raw(raw: dict[str, str]) -> BrokerConfig:
     return BrokerConfig.from_dict(raw)
+
+
+def _secured(raw: dict[str, str]) -> BrokerConfig:
+    """A configuration whose listeners' TLS and SASL keys were checked, as at start."""
+    config = BrokerConfig.from_dict(raw)
+    check_listener_security(config)
+    return config
 
 
 @pytest.fixture()
@@ -206,19 +216,19 @@ def test_tls_listener_refusals(pem, extra, message):
     raw = {"listeners": "SSL://127.0.0.1:0",
            **{k: v.format(ks=keystore, ca=ca) for k, v in extra.items()}}
     with pytest.raises(ConfigError, match=message):
-        _raw(raw)
+        _secured(raw)
 
 
 def test_tls_listener_accepted_with_a_pem_key_store_file_or_inline(pem):
     keystore, ca = pem
-    _raw({"listeners": "SSL://127.0.0.1:0", "ssl.keystore.type": "PEM",
+    _secured({"listeners": "SSL://127.0.0.1:0", "ssl.keystore.type": "PEM",
           "ssl.keystore.location": str(keystore), "ssl.truststore.type": "PEM",
           "ssl.truststore.location": str(ca), "ssl.client.auth": "required",
           "ssl.cipher.suites": "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,TLS_AES_128_GCM_SHA256"})
-    _raw({"listeners": "SSL://127.0.0.1:0", "ssl.keystore.type": "PEM",
+    _secured({"listeners": "SSL://127.0.0.1:0", "ssl.keystore.type": "PEM",
           "ssl.keystore.certificate.chain": "chain", "ssl.keystore.key": "key"})
     # a PLAINTEXT-only broker never looks at the ssl keys (Kafka's JKS defaults stay harmless)
-    _raw({"ssl.keystore.location": "/nonexistent.jks"})
+    _secured({"ssl.keystore.location": "/nonexistent.jks"})
 
 
 @pytest.mark.parametrize("mechanisms, message", [
@@ -231,12 +241,12 @@ def test_sasl_listener_mechanism_refusals(mechanisms, message):
     if mechanisms is not None:
         raw["sasl.enabled.mechanisms"] = mechanisms
     with pytest.raises(ConfigError, match=message) as info:
-        _raw(raw)
+        _secured(raw)
     assert "sasl.enabled.mechanisms" in str(info.value)
 
 
 def test_sasl_mechanisms_checked_per_listener():
-    cfg = _raw({"listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+    cfg = _secured({"listeners": "SASL_PLAINTEXT://127.0.0.1:0",
                 "listener.name.sasl_plaintext.sasl.enabled.mechanisms":
                     "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"})
     assert cfg.listener_value("SASL_PLAINTEXT", "sasl.enabled.mechanisms") == [
