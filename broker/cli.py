@@ -16,6 +16,7 @@ import uvloop
 from broker import gc_policy
 from broker.config import KEYS, BrokerConfig, ConfigError
 from broker.logging import configure
+from broker.startup_error import StartupError
 
 log = structlog.get_logger("broker.cli")
 
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     configure(config["log.level"], config["log.format"])
     try:
         uvloop.run(_serve(config))
-    except ConfigError as exc:  # found only at start: a key store that cannot be loaded
+    except (ConfigError, StartupError) as exc:  # found only at start: a key store, a port
         print(f"mini-broker: {exc}", file=sys.stderr)
         return 2
     return 0
