@@ -29,6 +29,7 @@ from broker.config import (
 )
 from broker.kafka_keys import KAFKA_BROKER_KEYS
 from broker.logging import configure, is_secret, log_unused_keys
+from broker.startup_error import StartupError
 
 log = structlog.get_logger("broker.cli")
 
@@ -256,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     log_unused_keys(config)
     try:
         uvloop.run(_serve(config))
-    except ConfigError as exc:  # found only at start: a key store that cannot be loaded
+    except (ConfigError, StartupError) as exc:  # found only at start: a key store, a port
         print(f"mini-broker: {exc}", file=sys.stderr)
         return 2
     return 0

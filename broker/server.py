@@ -13,15 +13,25 @@ then write the clean-shutdown marker so the next start skips recovery. ``crash``
 way out, for tests that need recovery to run (broker.testing's kill): connections reset,
 nothing flushed, no checkpoint, no marker.
 
-Time: the group and transaction coordinators' timer and the periodic jobs (retention,
-checkpoints, offset expiry) run on ``clock`` (the loop's by default; broker.testing passes a
-manual one). Produce and fetch waits stay on the loop's clock: they are the client's own
-request parameters, and a parked fetch holds back every later answer on its connection.
+Start-up order: the owners that need no I/O, the listeners' security (a key store that cannot
+be loaded is a ConfigError), then every listener and the metrics port bound but not yet
+serving, and only then the log dirs: a port in use fails the start before any log is touched,
+so the clean-shutdown marker is still there for the next start. Failures an operator can fix
+(a port in use, a log dir that is not a writable directory or that another broker holds) are
+one StartupError line each.
+
+Time: one clock (``clock``: the loop's by default; broker.testing passes a manual one), handed
+to every owner by the composition root (broker/wiring.py): the coordinators' timer, the
+periodic jobs (retention, checkpoints, offset expiry) and the wall clock records, commits and
+states are stamped with. Produce and fetch waits stay on the loop's clock: they are the
+client's own request parameters, and a parked fetch holds back every later answer on its
+connection. The time-based flusher and the cleaner threads keep real time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import inspect
 import socket
 import ssl
@@ -32,36 +42,27 @@ from typing import Any
 import structlog
 
 from broker import apis
-from broker.apis.context import ApiContext, Node
-from broker.client_telemetry import ClientTelemetry
+from broker.apis.context import ApiContext
 from broker.config import BrokerConfig, ListenerSpec
-from broker.group.coordinator import GroupConfig, GroupCoordinator
-from broker.group.offsets_store import OffsetsStore
 from broker.log.cleaner import CleanerConfig
 from broker.log.manager import LogManager
-from broker.logging import redact
-from broker.metadata.dynamic_config import (
-    CLEANER_KEYS,
-    CONNECTION_KEYS,
-    DynamicBrokerConfig,
-    thread_count_check,
-)
+from broker.logging import log_effective_config, ready_message
+from broker.metadata.dynamic_config import CLEANER_KEYS, CONNECTION_KEYS, thread_count_check
 from broker.metadata.file_store import MetadataStore
 from broker.metadata.producer_ids import ProducerIdManager
-from broker.metadata.topic_admin import TopicAdmin, log_config
 from broker.metrics.collector import BrokerMetrics
 from broker.metrics.http import MetricsServer
 from broker.network.connection import Connection
 from broker.network.request_channel import HandlerResult, Request, RequestChannel
-from broker.replica.fetch_session import FetchSessionCache
 from broker.replica.replica_manager import ReplicaManager
-from broker.security.authorizer import Authorizer
 from broker.security.config_checks import check_listener_security
 from broker.security.listener import ListenerSecurity
 from broker.security.sasl import AuthenticationStats, sasl_server_config
 from broker.security.scram import ScramCredentialStore
 from broker.security.ssl import principal_builder, server_ssl_context
+from broker.startup_error import StartupError
 from broker.txn import TransactionCoordinator
+from broker.wiring import Owners
 from purgatory import Clock, LoopClock, Timer
 
 log = structlog.get_logger("broker")
@@ -72,18 +73,18 @@ DispatchFilter = Callable[[Request, Callable[[Request], HandlerResult]], Handler
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, *, clock: Clock | None = None,
-                 wall_ms: Callable[[], int] | None = None) -> None:
-        """``clock`` drives the coordinators' timer and the periodic jobs and ``wall_ms`` is
-        the transaction coordinator's wall clock (both real by default)."""
+    def __init__(self, config: BrokerConfig, *, clock: Clock | None = None) -> None:
+        """``clock`` is the broker's time (the coordinators' timer, the periodic jobs, the wall
+        clock); the loop's by default."""
         self.config = config
         self.clock = clock
-        self.wall_ms = wall_ms
         self.dispatch_filter: DispatchFilter | None = None
         self.log_dirs = [Path(d) for d in config["log.dirs"]]
-        self.metadata = MetadataStore(self.log_dirs[0])
-        self.log_manager = LogManager(self.log_dirs, log_config(config, {}))
-        self.producer_ids = ProducerIdManager(self.log_dirs[0])
+        # Built by start(), from the composition root.
+        self.owners: Owners | None = None
+        self.metadata: MetadataStore | None = None
+        self.log_manager: LogManager | None = None
+        self.producer_ids: ProducerIdManager | None = None
         self.context: ApiContext | None = None
         self.channel: RequestChannel | None = None
         self.replica_manager: ReplicaManager | None = None
@@ -106,101 +107,135 @@ class Broker:
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:
+        """Bind, then load, then serve (the module docstring says why in that order)."""
         cfg = self.config
-        for d in self.log_dirs:
-            d.mkdir(parents=True, exist_ok=True)
-        self.metadata.load()
-        # Kafka's DynamicBrokerConfig: the stored dynamic configs count from the first read.
-        dynamic = DynamicBrokerConfig(cfg, self.metadata)
-        dynamic.load()
-        self.producer_ids.load()
         loop = asyncio.get_running_loop()
-        request_timer = Timer(loop)
-        clock = self.clock = self.clock or LoopClock(loop)
-        timer = request_timer if isinstance(clock, LoopClock) else Timer(clock)
-        self._timers = list({id(t): t for t in (request_timer, timer)}.values())
-        rm = self.replica_manager = ReplicaManager(cfg["log.flush.interval.ms"], request_timer)
-        topics = TopicAdmin(cfg, self.metadata, self.log_manager, rm, dynamic)
-        self.log_manager.load()
-        topics.open_all()
-        cleaner = self.log_manager.start_cleaner(CleanerConfig.of(cfg), loop)
-        dynamic.add_reconfigurable(CLEANER_KEYS,
-                                   lambda c: cleaner.reconfigure(CleanerConfig.of(c)),
-                                   thread_count_check("log.cleaner.threads"))
-        store = OffsetsStore(rm, topics, cfg["offsets.topic.num.partitions"])
-        coordinator = GroupCoordinator(GroupConfig.of(cfg), timer, store,
-                                       rm.partitions.__contains__)
-        coordinator.start()
-        wall = {} if self.wall_ms is None else {"wall_ms": self.wall_ms}
-        transactions = self.transactions = TransactionCoordinator(
-            cfg, timer, rm, topics, self.producer_ids, coordinator.handle_txn_completion,
-            coordinator.partition_for, **wall)
-        transactions.start()
-        rm.verify_transaction = transactions.verify_partition
+        loop_clock = LoopClock(loop)
+        clock = self.clock = self.clock or loop_clock
+        owners = self.owners = Owners(cfg, clock, request_clock=loop_clock)
+        self.metadata = owners.metadata
+        self.log_manager = owners.log_manager
+        self.producer_ids = owners.producer_ids
         specs = cfg.listener_specs()
-        advertised = cfg.advertised_endpoints()
-        node = Node(cfg["node.id"], *advertised[specs[0].name], self.metadata.cluster_id)
-        authorizer = Authorizer.of(cfg, self.metadata)
-        scram = ScramCredentialStore(self.metadata)
-        self.context = ApiContext(node, cfg, topics, rm, coordinator, FetchSessionCache(),
-                                  self.producer_ids, transactions, authorizer, scram,
-                                  ClientTelemetry.of(cfg))
-        securities = self._listener_securities(specs, scram)
+        securities = self._listener_securities(specs, owners.scram)
         metrics_listener = cfg.metrics_listener
         if metrics_listener is not None:
-            self.metrics = BrokerMetrics(node.node_id)
+            self.metrics = BrokerMetrics(cfg["node.id"])
         self.channel = RequestChannel(
             cfg["num.io.threads"], cfg["queued.max.request.bytes"], self._dispatch, self.metrics,
             max_connections=cfg["max.connections"],
             max_connections_per_ip=cfg["max.connections.per.ip"],
             idle_ms=cfg["connections.max.idle.ms"])
-        quotas = self.channel.quotas
-        dynamic.add_reconfigurable(CONNECTION_KEYS, lambda c: quotas.set_limits(
-            c["max.connections"], c["max.connections.per.ip"]))
-        if self.metrics is not None and metrics_listener is not None:
-            self.metrics.observe(self.channel, rm, coordinator, self.metadata, self.log_manager,
-                                 transactions)
-            self.metrics.observe_security(self.auth_stats, authorizer,
-                                          self.tls_handshake_failures)
-            self.metrics.telemetry = self.context.telemetry
-            self.metrics_server = MetricsServer(self.metrics, *metrics_listener)
-            await self.metrics_server.start()
-        self.channel.start()
-        serial = cfg["request.processing.mode"] == "serial"
-        max_frame = cfg["socket.request.max.bytes"]
+        try:
+            await self._bind(specs, securities)
+            if self.metrics is not None and metrics_listener is not None:
+                self.metrics_server = MetricsServer(self.metrics, *metrics_listener)
+                await self._bind_metrics(self.metrics_server)
+            owners.load()
+        except BaseException:
+            self._close_listeners()
+            raise
+        self._serve_owners(owners, loop)
+        for server in self.servers.values():
+            await _start_serving(server)
+        if self.metrics_server is not None:
+            await self.metrics_server.serve()
+        self._log_started(specs)
+
+    async def _bind(self, specs: list[ListenerSpec],
+                    securities: dict[str, ListenerSecurity]) -> None:
+        """Bind every listener, not yet accepting; StartupError naming the one that failed."""
+        loop = asyncio.get_running_loop()
+        serial = self.config["request.processing.mode"] == "serial"
+        max_frame = self.config["socket.request.max.bytes"]
         channel = self.channel
+        assert channel is not None
         for spec in specs:
             security = securities[spec.name]
 
             def connection(security: ListenerSecurity = security) -> Connection:
                 return Connection(channel, serial, max_frame, security=security)
 
-            if security.ssl_context is not None:
-                tls = self._tls_listener(spec, security.ssl_context, connection)
-                self.servers[spec.name] = tls
-                self.ports[spec.name] = tls.start(spec.host, spec.port)
-            else:
-                server = await loop.create_server(connection, spec.host or None, spec.port,
-                                                  reuse_address=True)
-                self.servers[spec.name] = server
-                self.ports[spec.name] = server.sockets[0].getsockname()[1]
-            host, port = advertised[spec.name]
-            node.endpoints[spec.name] = (host, port or self.ports[spec.name])
+            try:
+                if security.ssl_context is not None:
+                    tls = self._tls_listener(spec, security.ssl_context, connection)
+                    self.ports[spec.name] = tls.bind(spec.host, spec.port)
+                    self.servers[spec.name] = tls
+                else:
+                    server = await loop.create_server(connection, spec.host or None, spec.port,
+                                                      reuse_address=True, start_serving=False)
+                    self.servers[spec.name] = server
+                    self.ports[spec.name] = server.sockets[0].getsockname()[1]
+            except OSError as exc:
+                address = f"{spec.name}://{spec.host}:{spec.port}"
+                raise _bind_failed(f"listener {address}", "listeners", spec.port, exc) from None
         self.server = self.servers[specs[0].name]
         self.port = self.ports[specs[0].name]
-        node.host, node.port = node.endpoints[specs[0].name]
+
+    async def _bind_metrics(self, server: MetricsServer) -> None:
+        try:
+            await server.start(serving=False)
+        except OSError as exc:
+            raise _bind_failed(f"metrics listener {server.url}", "metrics.listener",
+                               server.port, exc) from None
+
+    def _serve_owners(self, owners: Owners, loop: asyncio.AbstractEventLoop) -> None:
+        """Hand the loaded owners to the request path, the metrics and the periodic jobs."""
+        cfg = self.config
+        rm = self.replica_manager = owners.replica_manager
+        self.transactions = owners.transactions
+        self.context = owners.context
+        self._timers = owners.timers
+        node = owners.node
+        advertised = cfg.advertised_endpoints()
+        for name, port in self.ports.items():
+            host, advertised_port = advertised[name]
+            node.endpoints[name] = (host, advertised_port or port)
+        node.host, node.port = node.endpoints[cfg.listener_specs()[0].name]
+        log_manager = owners.log_manager
+        cleaner = log_manager.start_cleaner(CleanerConfig.of(cfg), loop)
+        owners.dynamic.add_reconfigurable(CLEANER_KEYS,
+                                          lambda c: cleaner.reconfigure(CleanerConfig.of(c)),
+                                          thread_count_check("log.cleaner.threads"))
+        channel = self.channel
+        assert channel is not None
+        quotas = channel.quotas
+        owners.dynamic.add_reconfigurable(CONNECTION_KEYS, lambda c: quotas.set_limits(
+            c["max.connections"], c["max.connections.per.ip"]))
+        if self.metrics is not None:
+            self.metrics.observe(channel, rm, owners.groups, owners.metadata, log_manager,
+                                 owners.transactions)
+            self.metrics.observe_security(self.auth_stats, owners.authorizer,
+                                          self.tls_handshake_failures)
+            self.metrics.telemetry = owners.telemetry
+        channel.start()
         self._every("log.retention.check.interval.ms", rm.apply_retention)
         self._every("log.flush.offset.checkpoint.interval.ms", self._checkpoint)
-        self._every("offsets.retention.check.interval.ms", coordinator.expire_offsets)
+        self._every("offsets.retention.check.interval.ms", owners.groups.expire_offsets)
         if cfg["log.flush.interval.ms"] < 2**63 - 1:
             self._tasks.append(asyncio.create_task(rm.run_time_flusher()))
+
+    def _log_started(self, specs: list[ListenerSpec]) -> None:
+        """The ready line first (where to connect, where to scrape, where the data is), then
+        the details."""
+        cfg = self.config
         ms = self.metrics_server
+        log.info(ready_message({s.name: (s.host, self.ports[s.name]) for s in specs},
+                               ms.url if ms is not None else None, cfg["log.dirs"]))
+        owners = self.owners
+        assert owners is not None
         log.info("broker started", host=specs[0].host, port=self.port, listeners=self.ports,
                  security_protocols={s.name: s.security_protocol for s in specs},
-                 node_id=node.node_id, topics=len(self.metadata.topics),
+                 node_id=owners.node.node_id, topics=len(owners.metadata.topics),
                  metrics=ms.url if ms is not None else None,
-                 metrics_port=ms.port if ms is not None else None,
-                 config=redact({**dict(cfg.items()), **cfg.listener_overrides()}))
+                 metrics_port=ms.port if ms is not None else None)
+        log_effective_config(cfg)
+
+    def _close_listeners(self) -> None:
+        for server in self.servers.values():
+            server.close()
+        if self.metrics_server is not None and self.metrics_server.server is not None:
+            self.metrics_server.server.close()
 
     def _listener_securities(self, specs: list[ListenerSpec],
                              scram: ScramCredentialStore) -> dict[str, ListenerSecurity]:
@@ -301,7 +336,8 @@ class Broker:
             for timer in self._timers:
                 timer.close()
             rm.shutdown()
-        self.log_manager.shutdown()
+        if self.log_manager is not None:
+            self.log_manager.shutdown()
         log.info("broker stopped cleanly")
 
     async def _stop_tasks(self) -> None:
@@ -319,7 +355,7 @@ class Broker:
         log.warning("broker crashing on purpose (no flush, no clean-shutdown marker)")
         for server in self.servers.values():
             server.close()
-        for timer in self._timers:
+        for timer in self.owners.timers if self.owners is not None else self._timers:
             timer.close()
         channel = self.channel
         if channel is not None:
@@ -335,9 +371,13 @@ class Broker:
         await self._stop_tasks()
         if self.metrics_server is not None:
             await self.metrics_server.stop()
-        if self.replica_manager is not None:
-            self.replica_manager.shutdown()
-        self.log_manager.abandon()
+        rm = self.replica_manager
+        if rm is None and self.owners is not None:
+            rm = getattr(self.owners, "replica_manager", None)  # a start that failed half-way
+        if rm is not None:
+            rm.shutdown()
+        if self.log_manager is not None:
+            self.log_manager.abandon()
         log.warning("broker crashed on purpose")
 
 
@@ -357,10 +397,9 @@ class _TlsListener:
         self.sockets: list[socket.socket] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def start(self, host: str, port: int) -> int:
-        """Binds as create_server does (every address of ``host``, all interfaces when empty)
-        and starts accepting; returns the first socket's bound port."""
-        loop = asyncio.get_running_loop()
+    def bind(self, host: str, port: int) -> int:
+        """Binds as create_server does (every address of ``host``, all interfaces when empty),
+        not yet accepting (``start_serving``); returns the first socket's bound port."""
         infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
                                    flags=socket.AI_PASSIVE)
         seen = set()
@@ -380,9 +419,12 @@ class _TlsListener:
         except OSError:
             self.close()
             raise
+        return self.sockets[0].getsockname()[1]
+
+    async def start_serving(self) -> None:
+        loop = asyncio.get_running_loop()
         for sock in self.sockets:
             self._spawn(self._accept(loop, sock))
-        return self.sockets[0].getsockname()[1]
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -422,6 +464,20 @@ class _TlsListener:
             task.cancel()
         for sock in self.sockets:
             sock.close()
+
+
+async def _start_serving(server: asyncio.base_events.Server | _TlsListener) -> None:
+    await server.start_serving()
+
+
+def _bind_failed(what: str, key: str, port: int, exc: OSError) -> StartupError:
+    """One line naming the listener, its key and what to do."""
+    if exc.errno == errno.EADDRINUSE:
+        return StartupError(f"{what} ({key}): port {port} is in use, by another broker or "
+                            f"process: stop it, or set another port in {key}")
+    reason = exc.strerror or str(exc)
+    return StartupError(f"{what} ({key}) cannot be bound: {reason}; set another address "
+                        f"in {key}")
 
 
 def _handshake_reason(exc: BaseException) -> str:

@@ -1,9 +1,16 @@
-"""Clocks for the Timer: the event loop's, and a manual one for exact tests.
+"""The broker's clock: monotonic time with one-shot callbacks, and wall-clock time.
 
 The Timer only needs "what time is it" and "call me back at t". Both are in milliseconds so
-the wheel works on whole ticks. ``LoopClock`` maps them onto ``loop.time()`` and
-``loop.call_at``; ``ManualClock`` plays the role of Kafka's MockTimer: time moves only when a
-test says so, and due callbacks run in time order, so tests are exact and never sleep.
+the wheel works on whole ticks. The broker also stamps records, commits and state changes with
+the wall clock (ms since the epoch), which Kafka calls ``time.milliseconds()``; one object
+answers both, so whoever holds a broker's clock sees one consistent time, and two brokers in
+one process each keep their own.
+
+``LoopClock`` maps them onto ``loop.time()``, ``loop.call_at`` and the system's wall clock;
+``ManualClock`` plays the role of Kafka's MockTime/MockTimer: time (both readings) moves only
+when a test says so, and due callbacks run in time order, so tests are exact and never sleep.
+``SYSTEM_WALL_CLOCK`` is the real wall clock alone, for what has no broker clock (tools,
+threads that keep real time on purpose).
 """
 
 from __future__ import annotations
@@ -18,13 +25,38 @@ from typing import Any, Protocol
 from purgatory.timer_task_list import Cancellable
 
 
-class Clock(Protocol):
-    """Milliseconds on a monotonic clock plus one-shot callbacks at an absolute time."""
+def system_wall_ms() -> int:
+    """The system's wall clock, ms since the epoch."""
+    return time.time_ns() // 1_000_000
+
+
+class WallClock(Protocol):
+    """Wall-clock time in ms since the epoch: what records, commits and states are stamped
+    with. Never used for timeouts, which run on the monotonic ``Clock.time``."""
+
+    def wall_ms(self) -> int: ...
+
+
+class Clock(WallClock, Protocol):
+    """Milliseconds on a monotonic clock plus one-shot callbacks at an absolute time, and the
+    wall clock that goes with them."""
 
     def time(self) -> float: ...
 
     def call_at(self, when_ms: float, callback: Callable[..., object], *args: Any) -> Cancellable:
         ...
+
+
+class SystemWallClock:
+    """The real wall clock alone."""
+
+    __slots__ = ()
+
+    def wall_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+
+SYSTEM_WALL_CLOCK = SystemWallClock()
 
 
 class LoopClock:
@@ -51,6 +83,9 @@ class LoopClock:
 
     def call_at(self, when_ms: float, callback: Callable[..., object], *args: Any) -> Cancellable:
         return self._call_at(when_ms / 1000.0, callback, *args)
+
+    def wall_ms(self) -> int:
+        return time.time_ns() // 1_000_000
 
 
 def _truncated_monotonic(loop: asyncio.AbstractEventLoop) -> bool:
@@ -102,10 +137,21 @@ class ManualClock:
     While a callback runs, ``time()`` is exactly its scheduled time, as on a loop that is never
     late. ``live`` counts callbacks scheduled and neither run nor cancelled: the number of
     wake-ups the process still has ahead of it.
+
+    The wall clock starts at ``wall_start_ms`` (the real time the clock was made by default)
+    and moves with every advance. With ``run_due_soon`` a callback already due when it is
+    scheduled runs on the running loop's next iteration instead of waiting for an advance: a
+    broker that serves real clients on this clock (the embedded broker's manual clock) must
+    not need a test's nudge for "now". Without it (the default) nothing runs but in
+    ``advance``, which keeps timer tests exact.
     """
 
-    def __init__(self, start_ms: float = 0) -> None:
+    def __init__(self, start_ms: float = 0, *, wall_start_ms: int | None = None,
+                 run_due_soon: bool = False) -> None:
         self._now = start_ms
+        self._start = start_ms
+        self.wall_start_ms = system_wall_ms() if wall_start_ms is None else wall_start_ms
+        self.run_due_soon = run_due_soon
         self._heap: list[ManualHandle] = []
         self._seq = itertools.count()
         self.live = 0
@@ -116,7 +162,14 @@ class ManualClock:
     def time(self) -> float:
         return self._now
 
-    def call_at(self, when_ms: float, callback: Callable[..., object], *args: Any) -> ManualHandle:
+    def wall_ms(self) -> int:
+        """The wall clock: its start plus every advance."""
+        return self.wall_start_ms + int(self._now - self._start)
+
+    def call_at(self, when_ms: float, callback: Callable[..., object], *args: Any
+                ) -> ManualHandle | asyncio.Handle:
+        if self.run_due_soon and when_ms <= self._now:
+            return asyncio.get_running_loop().call_soon(callback, *args)
         handle = ManualHandle(when_ms, next(self._seq), callback, args, self)
         heapq.heappush(self._heap, handle)
         self.live += 1

@@ -3,7 +3,7 @@
 Every handler has the same signature, ``handle(ctx: ApiContext, request: Request)``, and reaches
 only these owners: the node's identity, topic administration, the ReplicaManager, the group
 coordinator, the fetch-session cache, the producer-id manager, the transaction coordinator, the
-authorizer, the SCRAM credential store and client telemetry. Who is asking is
+authorizer, the SCRAM credential store, client telemetry and the broker's clock. Who is asking is
 ``request.connection.session``.
 Nothing here imports the server; the server builds this.
 """
@@ -22,6 +22,7 @@ from broker.replica.replica_manager import ReplicaManager
 from broker.security.authorizer import Authorizer
 from broker.security.scram import ScramCredentialStore
 from broker.txn import TransactionCoordinator
+from purgatory import WallClock
 
 
 @dataclass(slots=True)
@@ -57,3 +58,4 @@ class ApiContext:
     authorizer: Authorizer
     scram: ScramCredentialStore
     telemetry: ClientTelemetry
+    clock: WallClock  # the broker's wall clock (commit timestamps)

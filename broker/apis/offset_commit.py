@@ -14,7 +14,6 @@ from broker.apis.authorize import allowed, filter_allowed
 from broker.apis.deferred import answer_later
 from broker.group.metadata import OffsetAndMetadata
 from broker.security.acl import AclOperation, ResourceType
-from broker.wallclock import now_ms
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -28,7 +27,7 @@ TopicPartition = tuple[str, int]
 
 def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     req = request.body
-    offsets = requested_offsets(req)
+    offsets = requested_offsets(req, ctx.clock.wall_ms())
     denied: dict[TopicPartition, ErrorCode] = {}
     if ctx.authorizer.enabled:
         if not allowed(ctx, request, AclOperation.READ, ResourceType.GROUP, req.group_id):
@@ -56,9 +55,8 @@ def split_readable(ctx: ApiContext, request: Request, offsets: dict[TopicPartiti
     return {tp: o for tp, o in offsets.items() if tp not in denied}, denied
 
 
-def requested_offsets(req: Any) -> dict[TopicPartition, OffsetAndMetadata]:
-    """The offsets an OffsetCommit or TxnOffsetCommit request commits, stamped now."""
-    now = now_ms()
+def requested_offsets(req: Any, now: int) -> dict[TopicPartition, OffsetAndMetadata]:
+    """The offsets an OffsetCommit or TxnOffsetCommit request commits, stamped ``now``."""
     return {
         (t.name, p.partition_index): OffsetAndMetadata(
             p.committed_offset, getattr(p, "committed_leader_epoch", -1),

@@ -45,7 +45,7 @@ ABORTABLE_VERSION = 4
 def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     req = request.body
     version = request.version
-    offsets = requested_offsets(req)
+    offsets = requested_offsets(req, ctx.clock.wall_ms())
     generation_id = getattr(req, "generation_id", -1)
     member_id = getattr(req, "member_id", "") or ""
     instance_id = getattr(req, "group_instance_id", None)

@@ -312,7 +312,7 @@ class ConsumerGroupCoordinator:
                                  f"Consumer group {group_id} not found.")
             raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND,
                              f"Group {group_id} is not a consumer group.")
-        group = ConsumerGroup(group_id=group_id)
+        group = ConsumerGroup(group_id=group_id, clock=self.owner.clock)
         if classic is not None:
             if not classic.is_(GroupState.EMPTY):
                 raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND,

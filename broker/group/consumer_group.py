@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from broker.group.metadata import GroupOffsets
-from broker.wallclock import now_ms
+from purgatory import WallClock
 
 #: Assigned partitions: topic id -> partition indexes.
 Partitions = Mapping[uuid.UUID, frozenset[int]]
@@ -105,7 +105,12 @@ class ConsumerGroup(GroupOffsets):
     # Topics each member's regex resolved to at its last heartbeat.
     resolved_regex: dict[str, frozenset[str]] = field(default_factory=dict)
     state: ConsumerGroupState = ConsumerGroupState.EMPTY
-    state_timestamp: int = field(default_factory=now_ms)
+    #: the coordinator's wall clock: when the state last changed
+    clock: WallClock = field(repr=False)
+    state_timestamp: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self.state_timestamp = self.clock.wall_ms()
 
     # -- members -------------------------------------------------------------------------
     def static_member(self, instance_id: str) -> ConsumerGroupMember | None:
@@ -166,7 +171,7 @@ class ConsumerGroup(GroupOffsets):
             new = ConsumerGroupState.STABLE
         if new != self.state:
             self.state = new
-            self.state_timestamp = now_ms()
+            self.state_timestamp = self.clock.wall_ms()
 
     def is_(self, *states: ConsumerGroupState) -> bool:
         return self.state in states

@@ -50,9 +50,8 @@ from broker.group.offsets_store import (
     offset_key,
     offset_value,
 )
-from broker.wallclock import now_ms
 from protocol.errors import ErrorCode
-from purgatory import Purgatory, Timer
+from purgatory import Purgatory, Timer, WallClock
 
 log = structlog.get_logger("broker.group")
 
@@ -84,8 +83,11 @@ class GroupConfig:
 
 class GroupCoordinator:
     def __init__(self, config: GroupConfig, timer: Timer, store: OffsetsStore,
-                 partition_exists: Callable[[TopicPartition], bool]) -> None:
+                 partition_exists: Callable[[TopicPartition], bool], clock: WallClock) -> None:
+        """``timer`` runs the groups' deadlines; ``clock`` is the broker's wall clock (state
+        changes, offset expiry)."""
         self.config = config
+        self.clock = clock
         self.groups: dict[str, GroupMetadata] = {}
         self.join_purgatory: Purgatory = Purgatory("join", timer)
         self.heartbeat_purgatory: Purgatory = Purgatory("heartbeat", timer)
@@ -151,7 +153,7 @@ class GroupCoordinator:
         if group is None:
             if member_id:
                 return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
-            group = self.groups[group_id] = GroupMetadata(group_id)
+            group = self.groups[group_id] = GroupMetadata(group_id, clock=self.clock)
         if group.is_(S.DEAD):
             return JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id=member_id)
         if not group.supports(protocol_type, protocols):
@@ -188,7 +190,7 @@ class GroupCoordinator:
         its offsets (Kafka's maybeDeleteEmptyConsumerGroup)."""
         gid = consumer_group.group_id
         self.consumer.remove_group(consumer_group)
-        group = self.groups[gid] = GroupMetadata(gid)
+        group = self.groups[gid] = GroupMetadata(gid, clock=self.clock)
         group.take_offsets(consumer_group)
         self.store.write(gid, [self.consumer.tombstone(gid)])
         log.info("empty consumer group becomes a classic group", group=gid)
@@ -580,7 +582,7 @@ class GroupCoordinator:
             if classic is None and error == ErrorCode.ILLEGAL_GENERATION and api_version >= 9:
                 error = ErrorCode.GROUP_ID_NOT_FOUND  # Kafka's answer from v9, both protocols
             if error is None and classic is None:
-                classic = self.groups[group_id] = GroupMetadata(group_id)
+                classic = self.groups[group_id] = GroupMetadata(group_id, clock=self.clock)
             elif error is None and classic is not None and member_id in classic.members:
                 self._schedule_heartbeat(classic, classic.members[member_id])
             group = classic
@@ -660,7 +662,7 @@ class GroupCoordinator:
         else:
             classic = self.groups.get(group_id)
             if classic is None:
-                classic = self.groups[group_id] = GroupMetadata(group_id)
+                classic = self.groups[group_id] = GroupMetadata(group_id, clock=self.clock)
             group = classic
             error = self._validate_offset_commit(classic, generation_id, member_id,
                                                  group_instance_id, transactional=True)
@@ -915,7 +917,7 @@ class GroupCoordinator:
         groups Empty for that long, or of standalone groups by their commit time, are
         deleted; an offset with a plain commit on its way is kept. Pending transactional
         offsets never expire here: the transaction's marker decides them."""
-        now = now_ms()
+        now = self.clock.wall_ms()
         removed = 0
         retention_ms = self.config.offsets_retention_ms
         for gid, group in list(self.groups.items()):

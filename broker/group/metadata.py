@@ -18,7 +18,7 @@ import asyncio
 from dataclasses import dataclass, field
 from enum import Enum
 
-from broker.wallclock import now_ms
+from purgatory import WallClock
 
 
 class GroupState(Enum):
@@ -221,11 +221,16 @@ class GroupMetadata(GroupOffsets):
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     # A member joined while the first rebalance's initial delay ran: extend it once more.
     new_member_added: bool = False
-    state_timestamp: int = field(default_factory=now_ms)
+    #: the coordinator's wall clock: when the state last changed (offset expiry counts from it)
+    clock: WallClock = field(kw_only=True, repr=False)
+    state_timestamp: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self.state_timestamp = self.clock.wall_ms()
 
     def transition(self, state: GroupState) -> None:
         self.state = state
-        self.state_timestamp = now_ms()
+        self.state_timestamp = self.clock.wall_ms()
 
     def is_(self, *states: GroupState) -> bool:
         return self.state in states

@@ -38,9 +38,9 @@ from broker.group.metadata import (
     OffsetAndMetadata,
     PendingTxnOffset,
 )
-from broker.wallclock import now_ms
 from protocol.errors import ErrorCode
 from protocol.record_batch import CONTROL_COMMIT, InvalidRecordError, read_end_txn_marker
+from purgatory import WallClock
 
 if TYPE_CHECKING:
     from broker.metadata.topic_admin import TopicAdmin
@@ -126,7 +126,8 @@ class PartitionLoader:
     belongs to a transaction the transaction coordinator will complete.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: WallClock) -> None:
+        self.clock = clock  # the groups' wall clock
         self.offsets: dict[GroupTopicPartition, Loaded] = {}
         self.pending: dict[int, dict[GroupTopicPartition, Loaded]] = {}
         self.groups: dict[str, GroupMetadata] = {}
@@ -163,7 +164,7 @@ class PartitionLoader:
             if value is None:
                 self.groups.pop(group_id, None)
             else:
-                group = GroupMetadata(group_id)
+                group = GroupMetadata(group_id, clock=self.clock)
                 _load_group_value(group, value)
                 self.groups[group_id] = group
                 self.consumer_groups.pop(group_id, None)
@@ -185,12 +186,13 @@ class PartitionLoader:
             if group.members or group.protocol_type:
                 into[gid] = group
         for gid, epoch in self.consumer_groups.items():
-            into[gid] = ConsumerGroup(group_id=gid, group_epoch=epoch, assignment_epoch=epoch)
+            into[gid] = ConsumerGroup(group_id=gid, group_epoch=epoch, assignment_epoch=epoch,
+                                      clock=self.clock)
         for (gid, tp), (at, om) in self.offsets.items():
-            into.setdefault(gid, GroupMetadata(gid)).put_offset(tp, om, at)
+            into.setdefault(gid, GroupMetadata(gid, clock=self.clock)).put_offset(tp, om, at)
         for producer_id, offsets in self.pending.items():
             for (gid, tp), (at, om) in offsets.items():
-                group = into.setdefault(gid, GroupMetadata(gid))
+                group = into.setdefault(gid, GroupMetadata(gid, clock=self.clock))
                 group.pending_txn_offset_commits.setdefault(producer_id, {})[tp] = (
                     PendingTxnOffset(om, at))
 
@@ -228,8 +230,10 @@ def _load_group_value(group: GroupMetadata, value: bytes) -> None:
 class OffsetsStore:
     """Reads and appends `__consumer_offsets` through the ReplicaManager, like any producer."""
 
-    def __init__(self, replica_manager: ReplicaManager, topics: TopicAdmin, num_partitions: int
-                 ) -> None:
+    def __init__(self, replica_manager: ReplicaManager, topics: TopicAdmin, num_partitions: int,
+                 clock: WallClock) -> None:
+        """``clock``: the broker's wall clock (commit batches' timestamps, loaded groups)."""
+        self.clock = clock
         self.replica_manager = replica_manager
         self.topics = topics
         self.num_partitions = num_partitions
@@ -251,7 +255,7 @@ class OffsetsStore:
         groups: dict[str, GroupMetadata | ConsumerGroup] = {}
         records = 0
         for index in range(self.num_partitions):
-            loader = PartitionLoader()
+            loader = PartitionLoader(self.clock)
             partition = self.replica_manager.partitions[(TOPIC, index)]
             for data, pos, header in read_batches(partition, partition.high_watermark):
                 if header.is_control:
@@ -291,5 +295,6 @@ class OffsetsStore:
         transactional one (Kafka's transactional offset commit). Resolves with the error and the
         batch's base offset once committed."""
         return append_as_coordinator(
-            self.replica_manager, (TOPIC, self.partition_for(group_id)), records, now_ms(),
-            COMMIT_TIMEOUT_MS, producer_id=producer_id, producer_epoch=producer_epoch)
+            self.replica_manager, (TOPIC, self.partition_for(group_id)), records,
+            self.clock.wall_ms(), COMMIT_TIMEOUT_MS, producer_id=producer_id,
+            producer_epoch=producer_epoch)

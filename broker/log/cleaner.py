@@ -50,7 +50,6 @@ import kafka.codec as codecs
 import structlog
 from crc32c import crc32c
 
-from broker import wallclock
 from broker.log import disk
 from broker.log.cleaner_manager import CleanerManager, LogToClean
 from broker.log.dir_failure import KafkaStorageError
@@ -78,6 +77,7 @@ from protocol.record_batch import (
     read_varint,
     write_varint,
 )
+from purgatory.clock import system_wall_ms
 
 if TYPE_CHECKING:
     import asyncio
@@ -864,6 +864,10 @@ class LogCleaner:
     ``start(loop)`` starts ``threads`` daemon threads (none when disabled); each loops: grab
     the filthiest log on the event loop, clean it, back off ``backoff.ms`` when there was
     nothing to do. ``clean_once`` does one such pass on the calling thread (tests, tools).
+
+    Its "now" (compaction lags, the delete horizon, the dirty ratios it reports) is the
+    system's wall clock, not the broker's clock: the threads keep real time on purpose, so a
+    manual clock never has to be read across threads; ``clean_once(now_ms)`` takes it given.
     """
 
     def __init__(self, config: CleanerConfig, log_manager: LogManager) -> None:
@@ -945,7 +949,7 @@ class LogCleaner:
 
     def dirty_ratios(self) -> dict[TopicPartition, float]:
         """Each compacted log's dirty ratio (call on the event loop)."""
-        return self.manager.dirty_ratios(wallclock.now_ms())
+        return self.manager.dirty_ratios(system_wall_ms())
 
     # -- work ------------------------------------------------------------------------------------
     def _on_loop(self, fn: Callable[[], T], stop: threading.Event | None = None) -> T:
@@ -990,7 +994,7 @@ class LogCleaner:
                           lambda fn: self._on_loop(fn, stop))
 
         def grab() -> _CleanTask | None:
-            ltc = self.manager.grab_filthiest(wallclock.now_ms() if now_ms is None else now_ms)
+            ltc = self.manager.grab_filthiest(system_wall_ms() if now_ms is None else now_ms)
             if ltc is None:
                 return None
             log = ltc.log
@@ -1018,7 +1022,7 @@ class LogCleaner:
         end_offset: int | None = None
         started = time.monotonic()
         try:
-            end_offset, run = cleaner.clean(task, wallclock.now_ms() if now_ms is None
+            end_offset, run = cleaner.clean(task, system_wall_ms() if now_ms is None
                                             else now_ms)
         except _Aborted:
             logger.debug("clean dropped", topic=tp[0], partition=tp[1])

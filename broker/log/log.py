@@ -46,7 +46,6 @@ from pathlib import Path
 
 import structlog
 
-from broker import wallclock
 from broker.log import disk
 from broker.log.dir_failure import KafkaStorageError, LogDirFailureChannel
 from broker.log.index import IndexCorruptError
@@ -85,6 +84,7 @@ from protocol.record_batch import (
     read_end_txn_marker,
     validate_produce_records,
 )
+from purgatory.clock import SYSTEM_WALL_CLOCK, WallClock, system_wall_ms
 
 __all__ = [
     "AppendOrigin",
@@ -290,8 +290,13 @@ class Log:
         log_start_offset: int = 0,
         now_ms: int | None = None,
         failure_channel: LogDirFailureChannel | None = None,
+        clock: WallClock | None = None,
     ) -> None:
+        """``clock`` is the broker's wall clock: new segments' creation time (roll by time
+        compares it with the appends' "now"). The time since the last flush is real time,
+        as the time-based flusher that reads it (the system's wall clock)."""
         self.dir = Path(dir)
+        self.clock = SYSTEM_WALL_CLOCK if clock is None else clock
         self.config = config
         self.topic = topic
         self.partition = partition
@@ -307,7 +312,7 @@ class Log:
         self._next_offset = 0
         self.log_start_offset = 0
         self.recovery_point = 0
-        self.last_flush_ms = wallclock.now_ms() if now_ms is None else now_ms
+        self.last_flush_ms = system_wall_ms() if now_ms is None else now_ms
         self._closed = False
         self._unsynced_snapshots: list[Path] = []  # written at roll, fsynced by the next flush
         self.producer_state = ProducerStateManager(self.dir, topic, partition)
@@ -329,7 +334,8 @@ class Log:
         self.on_written_out: Callable[[int], None] | None = None
         #: the first offset whose bytes wait in the coalescer, None when none do.
         self.unwritten_from: int | None = None
-        self._load(clean_shutdown, recovery_point, log_start_offset, now_ms)
+        self._load(clean_shutdown, recovery_point, log_start_offset,
+                   self.clock.wall_ms() if now_ms is None else now_ms)
 
     @classmethod
     def load(
@@ -343,6 +349,7 @@ class Log:
         recovery_point: int = 0,
         log_start_offset: int = 0,
         failure_channel: LogDirFailureChannel | None = None,
+        clock: WallClock | None = None,
     ) -> Log:
         """Open an existing (or new) log; without a clean shutdown, recover first."""
         return cls(
@@ -354,6 +361,7 @@ class Log:
             recovery_point=recovery_point,
             log_start_offset=log_start_offset,
             failure_channel=failure_channel,
+            clock=clock,
         )
 
     # -- loading (Kafka's LogLoader) -------------------------------------------------------------
@@ -958,7 +966,8 @@ class Log:
             return active
         new_base = self._next_offset
         active.on_become_inactive()
-        segment = LogSegment(self.dir, new_base, self._index_interval(), now_ms=now_ms)
+        segment = LogSegment(self.dir, new_base, self._index_interval(),
+                             now_ms=self.clock.wall_ms() if now_ms is None else now_ms)
         with self._lock:
             self.segments.append(segment)
             self._bases.append(new_base)
@@ -1231,7 +1240,7 @@ class Log:
             with self._lock:
                 if target > self.recovery_point:
                     self.recovery_point = target
-                self.last_flush_ms = wallclock.now_ms()
+                self.last_flush_ms = system_wall_ms()
 
     def close(self) -> None:
         """Flush and close every segment (Kafka's close fsyncs too).

@@ -41,6 +41,7 @@ from broker.log import disk
 from broker.log.dir_failure import KafkaStorageError, LogDirFailureChannel
 from broker.log.log import Log, LogConfig, parse_topic_partition_dir
 from broker.log.writer import LogDirWriter, WriteCoalescer
+from purgatory.clock import WallClock
 
 if TYPE_CHECKING:
     from broker.log.cleaner import CleanerConfig, LogCleaner
@@ -99,6 +100,14 @@ def write_offset_checkpoint(path: Path, offsets: dict[TopicPartition, int]) -> N
     disk.atomic_write(path, ("\n".join(lines) + "\n").encode("utf-8"))
 
 
+class LogDirLockedError(RuntimeError):
+    """A log dir's lock is held by another process (another broker on the same dir)."""
+
+    def __init__(self, log_dir: Path) -> None:
+        super().__init__(f"log dir {log_dir} is locked by another process")
+        self.log_dir = log_dir
+
+
 class LogManager:
     """Owns the Logs of this broker. Methods run on the event loop unless said otherwise."""
 
@@ -111,12 +120,14 @@ class LogManager:
         failure_channel: LogDirFailureChannel | None = None,
         coalesce_writes: bool = False,
         log_dir_writers: bool = True,
+        clock: WallClock | None = None,
     ) -> None:
         """``config_for(topic)`` gives a topic's config at load time (default: the default).
         ``coalesce_writes`` writes the appends of one loop iteration together at its end (the
         broker's choice; acks=1 answers then come back as awaitables), else each append is
         written where it happens. ``log_dir_writers=False`` keeps flush.messages=1 logs writing
-        on the loop and fsyncing on the ReplicaManager's flusher, as before the writers."""
+        on the loop and fsyncing on the ReplicaManager's flusher, as before the writers.
+        ``clock`` is the broker's wall clock, handed to every log (the system's by default)."""
         if not log_dirs:
             raise ValueError("at least one log dir is required")
         self.log_dirs = [Path(d) for d in log_dirs]
@@ -135,6 +146,7 @@ class LogManager:
         self.coalescer: WriteCoalescer | None = None
         self.coalesce_writes = coalesce_writes
         self.log_dir_writers = log_dir_writers
+        self.clock = clock
 
     # -- log dir health ----------------------------------------------------------------------
     @property
@@ -170,9 +182,8 @@ class LogManager:
     # -- startup -------------------------------------------------------------------------------
     def load(self) -> dict[TopicPartition, Log]:
         """Lock each dir, open every ``topic-N`` log (recovering unless shut down cleanly)."""
+        self.lock_dirs()
         for log_dir in self.log_dirs:
-            log_dir.mkdir(parents=True, exist_ok=True)
-            self._lock_dir(log_dir)
             marker = log_dir / CLEAN_SHUTDOWN_FILE
             clean = marker.exists()
             if not clean:
@@ -203,6 +214,7 @@ class LogManager:
                     recovery_point=recovery_points.get(tp, 0),
                     log_start_offset=start_offsets.get(tp, 0),
                     failure_channel=self.failure_channel,
+                    clock=self.clock,
                 )
                 self._add(tp, log, log_dir)
             logger.info(
@@ -215,13 +227,23 @@ class LogManager:
                 marker.unlink()
         return dict(self.logs)
 
+    def lock_dirs(self) -> None:
+        """Create and lock every log dir, all of them before any is read (a no-op once
+        locked): a dir another broker holds fails the start before anything is touched, the
+        clean-shutdown markers included."""
+        if self._lock_fds:
+            return
+        for log_dir in self.log_dirs:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            self._lock_dir(log_dir)
+
     def _lock_dir(self, log_dir: Path) -> None:
         fd = os.open(log_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
-            raise RuntimeError(f"log dir {log_dir} is locked by another process") from None
+            raise LogDirLockedError(log_dir) from None
         self._lock_fds.append(fd)
 
     # -- logs ------------------------------------------------------------------------------------
@@ -263,7 +285,7 @@ class LogManager:
         for log_dir in sorted(self.live_log_dirs, key=lambda d: counts[d]):
             try:
                 log = Log(log_dir / f"{topic}-{partition}", config or self.default_config, topic,
-                          partition, failure_channel=self.failure_channel)
+                          partition, failure_channel=self.failure_channel, clock=self.clock)
             except OSError as e:
                 self._dir_failed(log_dir, f"creating the log of {topic}-{partition}", e)
                 continue

@@ -27,7 +27,6 @@ from pathlib import Path
 
 import structlog
 
-from broker import wallclock
 from broker.log import disk
 from broker.log.index import OffsetIndex, TimeIndex
 from broker.log.txn_index import TXN_INDEX_FILE_SUFFIX, TransactionIndex
@@ -44,6 +43,7 @@ from protocol.record_batch import (
     BatchHeader,
     CorruptRecordError,
 )
+from purgatory.clock import system_wall_ms
 
 __all__ = [
     "LogSegment",
@@ -113,7 +113,7 @@ class LogSegment:
             os.close(self._fd)
             raise
         self._bytes_since_last_index_entry = 0
-        self.created_ms = wallclock.now_ms() if now_ms is None else now_ms
+        self.created_ms = system_wall_ms() if now_ms is None else now_ms
         self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = (
             self.time_index.last_entry()
         )

@@ -38,10 +38,15 @@ class MetricsServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}{self.path}"
 
-    async def start(self) -> None:
+    async def start(self, *, serving: bool = True) -> None:
+        """Bind (and answer at once, unless ``serving`` is false: then ``serve`` later)."""
         self.server = await asyncio.start_server(self._serve, self.host, self.port,
-                                                 reuse_address=True)
+                                                 reuse_address=True, start_serving=serving)
         self.port = self.server.sockets[0].getsockname()[1]
+
+    async def serve(self) -> None:
+        assert self.server is not None
+        await self.server.start_serving()
 
     async def stop(self) -> None:
         if self.server is not None:

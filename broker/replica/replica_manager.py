@@ -33,7 +33,6 @@ from broker.replica.delayed_fetch import DelayedFetch
 from broker.replica.delayed_produce import DelayedProduce
 from broker.replica.delayed_result import Completion
 from broker.replica.partition import Partition
-from broker.wallclock import now_ms
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import (
     RECORD_BATCH_OVERHEAD,
@@ -41,7 +40,7 @@ from protocol.record_batch import (
     check_produce_request_version,
     iter_batches,
 )
-from purgatory import Purgatory, Timer
+from purgatory import Purgatory, Timer, WallClock, system_wall_ms
 
 log = structlog.get_logger("broker.replica")
 
@@ -106,7 +105,10 @@ class FetchResult:
 
 
 class ReplicaManager:
-    def __init__(self, flush_interval_ms: int, timer: Timer) -> None:
+    def __init__(self, flush_interval_ms: int, timer: Timer, clock: WallClock) -> None:
+        """``timer`` holds the parked produce and fetch requests; ``clock`` is the broker's
+        wall clock, the "now" of appends, markers and retention."""
+        self.clock = clock
         self.partitions: dict[TopicPartition, Partition] = {}
         self.timer = timer
         self.produce_purgatory: Purgatory[DelayedProduce] = Purgatory("produce", timer)
@@ -140,7 +142,7 @@ class ReplicaManager:
         entries = list(entries)
         refused = self._verify_transaction(entries, transactional_id, api_version)
         results: ProduceResults = {}
-        ts = now_ms()
+        ts = self.clock.wall_ms()
         for tp, records in entries:
             refusal = refused.get(tp)
             results[tp] = refusal if refusal is not None else self._append_one(
@@ -245,7 +247,7 @@ class ReplicaManager:
         """Append an end-transaction marker to each partition (as the coordinator: Kafka's
         WriteTxnMarkers with acks=all); resolves with each partition's error once every marker
         is under the high watermark, or ``timeout_ms`` passes."""
-        ts = now_ms()
+        ts = self.clock.wall_ms()
         results: ProduceResults = {}
         for tp in partitions:
             results[tp] = self._append_marker(tp, producer_id, producer_epoch, coordinator_epoch,
@@ -408,7 +410,7 @@ class ReplicaManager:
     # -- retention ----------------------------------------------------------------------------
     def apply_retention(self) -> None:
         """Delete segments past retention; a fetch parked below a new log start answers now."""
-        ts = now_ms()
+        ts = self.clock.wall_ms()
         for p in list(self.partitions.values()):
             if p.offline:
                 continue
@@ -480,11 +482,12 @@ class ReplicaManager:
             partition.flush_pending = False
 
     async def run_time_flusher(self) -> None:
-        """log.flush.interval.ms: flush partitions whose data has waited that long."""
+        """log.flush.interval.ms: flush partitions whose data has waited that long, in real
+        time (the system's wall clock, as the logs' last flush), whatever the broker's clock."""
         interval = self.flush_interval_ms
         while True:
             await asyncio.sleep(min(interval, 1000) / 1000)
-            ts = now_ms()
+            ts = system_wall_ms()
             for p in list(self.partitions.values()):
                 if p.log.flush_due(ts):
                     self.request_flush(p)

@@ -14,18 +14,21 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from broker.testing.clock import ManualClock
     from broker.testing.embedded import EmbeddedBroker
     from broker.testing.faults import Fault, Faults, error_response
+    from purgatory import ManualClock
 
 __all__ = ["EmbeddedBroker", "Fault", "Faults", "ManualClock", "error_response"]
 
-_HOMES = {"EmbeddedBroker": "embedded", "Fault": "faults", "Faults": "faults",
-          "ManualClock": "clock", "error_response": "faults"}
+#: Where each name lives. The manual clock is the purgatory's (``ManualClock(run_due_soon=True)``
+#: is what ``EmbeddedBroker(clock="manual")`` runs on).
+_HOMES = {"EmbeddedBroker": "broker.testing.embedded", "Fault": "broker.testing.faults",
+          "Faults": "broker.testing.faults", "ManualClock": "purgatory.clock",
+          "error_response": "broker.testing.faults"}
 
 
 def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(f"broker.testing.{home}"), name)
+    return getattr(import_module(home), name)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextvars
 import shutil
 import tempfile
 import threading
@@ -34,13 +33,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from broker import wallclock
 from broker.config import BrokerConfig
 from broker.log.manager import CLEAN_SHUTDOWN_FILE
 from broker.logging import to_standard_logging
 from broker.server import Broker
-from broker.testing.clock import ManualClock
 from broker.testing.faults import Fault, Faults
+from purgatory import ManualClock
 
 T = TypeVar("T")
 
@@ -80,15 +78,15 @@ class EmbeddedBroker:
             **{property_name(k): _property_value(v) for k, v in server_properties.items()},
         }
         BrokerConfig.from_dict(self.properties)  # a bad key fails here, not on the loop
-        self.clock: ManualClock | None = ManualClock() if clock == "manual" else None
+        # The broker's own clock (each embedded broker has its own): on "manual" it moves only
+        # on advance, its wall clock starting at the real time it was made.
+        self.clock: ManualClock | None = (ManualClock(run_due_soon=True) if clock == "manual"
+                                          else None)
         self.faults = Faults()
         self.broker: Broker | None = None
         self.port = 0
         self.start_seconds = 0.0  # how long the last start took
         self.recovered = False  # the last start found data without a clean-shutdown marker
-        self._context = contextvars.copy_context()
-        if self.clock is not None:
-            self._context.run(wallclock.use_source, self.clock.wall_ms)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._async = False
@@ -165,7 +163,7 @@ class EmbeddedBroker:
         if clock is None:
             raise RuntimeError("advance needs EmbeddedBroker(clock='manual')")
         if self._async or self._loop is None:
-            return self._context.run(clock.advance, ms)
+            return clock.advance(ms)
 
         async def advance() -> int:
             ran = clock.advance(ms)
@@ -202,13 +200,13 @@ class EmbeddedBroker:
         self._loop = self._thread = None
 
     def _call(self, coro: Callable[[], Awaitable[T]], timeout: float = START_TIMEOUT_S) -> T:
-        """Run ``coro()`` on the broker's loop, in the broker's context; wait for its result."""
+        """Run ``coro()`` on the broker's loop; wait for its result."""
         loop = self._loop
         assert loop is not None
         done: concurrent.futures.Future[T] = concurrent.futures.Future()
 
         def begin() -> None:
-            task = loop.create_task(_awaited(coro()), context=self._context)
+            task = loop.create_task(_awaited(coro()))
 
             def finished(t: asyncio.Task[T]) -> None:
                 if t.cancelled():
@@ -220,7 +218,7 @@ class EmbeddedBroker:
 
             task.add_done_callback(finished)
 
-        loop.call_soon_threadsafe(begin, context=self._context)
+        loop.call_soon_threadsafe(begin)
         return done.result(timeout)
 
     # -- async mode --------------------------------------------------------------------------
@@ -235,16 +233,16 @@ class EmbeddedBroker:
         if not self.running:
             self._async = True
             self._loop = asyncio.get_running_loop()
-            await self._in_context(self._start_broker())
+            await self._start_broker()
         return self
 
     async def stop_async(self) -> None:
         if self.running:
-            await self._in_context(self._end_broker(lambda b: b.stop()))
+            await self._end_broker(lambda b: b.stop())
 
     async def kill_async(self) -> None:
         if self.running:
-            await self._in_context(self._end_broker(lambda b: b.crash()))
+            await self._end_broker(lambda b: b.crash())
 
     async def restart_async(self, clean: bool = True) -> EmbeddedBroker:
         await (self.stop_async() if clean else self.kill_async())
@@ -264,9 +262,6 @@ class EmbeddedBroker:
             await asyncio.sleep(0)
         return ran
 
-    def _in_context(self, coro: Awaitable[T]) -> asyncio.Task[T]:
-        return asyncio.get_running_loop().create_task(_awaited(coro), context=self._context)
-
     # -- both --------------------------------------------------------------------------------
     async def _start_broker(self) -> None:
         started = time.perf_counter()
@@ -277,8 +272,7 @@ class EmbeddedBroker:
         log_dirs = [Path(d) for d in BrokerConfig.from_dict(properties)["log.dirs"]]
         self.recovered = any(d.is_dir() and any(d.iterdir())
                              and not (d / CLEAN_SHUTDOWN_FILE).exists() for d in log_dirs)
-        broker = Broker(BrokerConfig.from_dict(properties), clock=self.clock,
-                        wall_ms=self.clock.wall_ms if self.clock is not None else None)
+        broker = Broker(BrokerConfig.from_dict(properties), clock=self.clock)
         broker.dispatch_filter = self.faults
         try:
             await broker.start()
@@ -329,7 +323,7 @@ class EmbeddedBroker:
         if self._async:
             self.faults.release_delays()
         else:
-            loop.call_soon_threadsafe(self.faults.release_delays, context=self._context)
+            loop.call_soon_threadsafe(self.faults.release_delays)
 
     @property
     def fault_counts(self) -> dict[tuple[str, str], int]:

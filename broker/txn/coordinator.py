@@ -30,9 +30,8 @@ from broker.txn.metadata import (
     is_epoch_exhausted,
 )
 from broker.txn.state_log import TransactionStateLog, value_bytes
-from broker.wallclock import now_ms
 from protocol.errors import ErrorCode
-from purgatory import Purgatory, Timer
+from purgatory import Purgatory, Timer, WallClock
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
@@ -133,8 +132,11 @@ class TransactionCoordinator:
         self, config: BrokerConfig, timer: Timer, replica_manager: ReplicaManager,
         topics: TopicAdmin, producer_ids: ProducerIdManager,
         on_offsets_markers: Callable[[int, list[int], bool], None],
-        partition_for_group: Callable[[str], int], *, wall_ms: Callable[[], int] = now_ms,
+        partition_for_group: Callable[[str], int], clock: WallClock,
     ) -> None:
+        """``timer`` runs the deadlines (timeouts, id expiry, marker retries); ``clock`` is
+        the broker's wall clock they are set by and the state is stamped with."""
+        wall_ms = clock.wall_ms
         self.config = TxnConfig.of(config)
         self.replica_manager = replica_manager
         self.producer_ids = producer_ids

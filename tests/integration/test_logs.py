@@ -1,7 +1,8 @@
 """Structured logs: the JSON lines of a real run carry their facts as fields.
 
-Start (with the effective configuration), topic creation and a rebalance at info; connection
-open and close and one line per request at debug; never a record payload.
+Start (the ready line, then the effective configuration as its own event), topic creation and
+a rebalance at info; connection open and close and one line per request at debug; never a
+record payload.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def test_start_connection_and_topic_events_are_structured(broker_factory) -> Non
     [started] = events(broker, "broker started")
     assert started["level"] == "info"
     assert started["port"] == broker.port and started["metrics_port"] == broker.metrics_port
-    config = started["config"]
+    [effective] = events(broker, "effective configuration")
+    config = effective["config"]
     assert config["log.dirs"] == [str(broker.data_dir / "logs")]
     assert config["metrics.listener"] == "http://127.0.0.1:0/metrics"
     assert config["log.level"] == "INFO" and config["num.io.threads"] == 8

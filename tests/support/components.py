@@ -1,14 +1,16 @@
 """The broker's real parts on a tmp dir, without sockets, with time in the test's hands.
 
-``build`` wires them exactly as broker/server.py's ``Broker.start`` does, except that the one
-Timer runs on a ManualClock: time moves only on ``clock.advance(ms)``, so a test can say "not
-at 2999 ms, at 3000 ms" and never sleeps. Build inside a running event loop (pytest-asyncio):
+``build`` takes them from the broker's composition root (broker/wiring.py), the very wiring of
+``Broker.start``, on a ManualClock: time moves only on ``clock.advance(ms)``, so a test can say
+"not at 2999 ms, at 3000 ms" and never sleeps. Unlike the broker, produce and fetch waits run
+on that clock too (one Timer for all). Build inside a running event loop (pytest-asyncio):
 delayed answers are futures, and their callbacks run on the loop, hence ``settle`` after each
 advance. Fsyncs still run on the ReplicaManager's flusher threads, as in the broker. The
-broker's periodic jobs (retention, checkpoints, offset expiry, the time-based flusher) are not
-started: a test calls the job itself (``replica_manager.apply_retention()``) when it wants one.
-The transaction coordinator's wall clock follows the manual clock too (``wall_ms``: the build's
-real time plus the manual clock's ms), so its timestamps and deadlines are exact in tests.
+broker's periodic jobs (retention, checkpoints, offset expiry, the time-based flusher) and the
+cleaner threads are not started: a test calls the job itself
+(``replica_manager.apply_retention()``) when it wants one. The wall clock is the manual
+clock's (``wall_ms``: the build's real time plus every advance), so timestamps, deadlines and
+retention's "now" are exact in tests.
 
 ``parse`` turns a kafka-python request object into the broker's Request by the connection's
 own parser, so handler tests get what a handler really gets, whatever shape Request takes.
@@ -21,24 +23,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from broker.apis.context import ApiContext, Node
-from broker.client_telemetry import ClientTelemetry
+from broker.apis.context import ApiContext
 from broker.config import BrokerConfig
-from broker.group.coordinator import GroupConfig, GroupCoordinator
+from broker.group.coordinator import GroupCoordinator
 from broker.group.offsets_store import OffsetsStore
 from broker.log.manager import LogManager
 from broker.metadata.file_store import MetadataStore
 from broker.metadata.producer_ids import ProducerIdManager
-from broker.metadata.topic_admin import TopicAdmin, log_config
+from broker.metadata.topic_admin import TopicAdmin
 from broker.network.connection import Connection
 from broker.network.request import Request
 from broker.network.request_channel import RequestChannel
 from broker.replica.fetch_session import FetchSessionCache
 from broker.replica.replica_manager import ReplicaManager
-from broker.security.authorizer import Authorizer
-from broker.security.scram import ScramCredentialStore
 from broker.txn import TransactionCoordinator
-from broker.wallclock import now_ms
+from broker.wiring import Owners
 from purgatory import ManualClock, Timer
 
 CLIENT_ID = "unit-test"
@@ -60,11 +59,12 @@ class Components:
     fetch_sessions: FetchSessionCache
     context: ApiContext
     transactions: TransactionCoordinator
+    owners: Owners
     closed: bool = False
 
     def wall_ms(self) -> int:
-        """The wall clock the transaction coordinator stamps with (moves with ``clock``)."""
-        return self.transactions._wall_ms()
+        """The broker's wall clock (moves with ``clock``)."""
+        return self.clock.wall_ms()
 
     async def advance(self, ms: float) -> None:
         """Move the manual clock, then let the callbacks of what completed run."""
@@ -99,42 +99,15 @@ def broker_config(log_dir: Path, overrides: dict[str, str] | None = None) -> Bro
 
 def build(log_dir: Path, overrides: dict[str, str] | None = None,
           clock: ManualClock | None = None) -> Components:
-    """Every owner of the broker, wired as Broker.__init__ and Broker.start wire them."""
+    """Every owner of the broker, from the composition root Broker.start uses."""
     cfg = broker_config(log_dir, overrides)
     clock = clock if clock is not None else ManualClock()
-    # Broker.__init__
-    log_dirs = [Path(d) for d in cfg["log.dirs"]]
-    metadata = MetadataStore(log_dirs[0])
-    log_manager = LogManager(log_dirs, log_config(cfg, {}))
-    producer_ids = ProducerIdManager(log_dirs[0])
-    # Broker.start, up to the listener
-    for d in log_dirs:
-        d.mkdir(parents=True, exist_ok=True)
-    metadata.load()
-    producer_ids.load()
-    timer = Timer(clock)
-    rm = ReplicaManager(cfg["log.flush.interval.ms"], timer)
-    topics = TopicAdmin(cfg, metadata, log_manager, rm)
-    log_manager.load()
-    topics.open_all()
-    store = OffsetsStore(rm, topics, cfg["offsets.topic.num.partitions"])
-    coordinator = GroupCoordinator(GroupConfig.of(cfg), timer, store, rm.partitions.__contains__)
-    coordinator.start()
-    wall_base = now_ms() - int(clock.time())
-    transactions = TransactionCoordinator(
-        cfg, timer, rm, topics, producer_ids,
-        lambda pid, partitions, commit: coordinator.handle_txn_completion(  # type: ignore[attr-defined]
-            pid, partitions, commit),
-        store.partition_for, wall_ms=lambda: wall_base + int(clock.time()))
-    transactions.start()
-    rm.verify_transaction = transactions.verify_partition
-    node = Node(cfg["node.id"], *cfg.advertised, metadata.cluster_id)
-    sessions = FetchSessionCache()
-    context = ApiContext(node, cfg, topics, rm, coordinator, sessions, producer_ids, transactions,
-                         Authorizer.of(cfg, metadata), ScramCredentialStore(metadata),
-                         ClientTelemetry.of(cfg))
-    return Components(cfg, clock, timer, metadata, log_manager, producer_ids, rm, topics, store,
-                      coordinator, sessions, context, transactions)
+    owners = Owners(cfg, clock)  # produce and fetch waits on the manual clock too
+    owners.load()
+    return Components(cfg, clock, owners.timer, owners.metadata, owners.log_manager,
+                      owners.producer_ids, owners.replica_manager, owners.topics,
+                      owners.offsets_store, owners.groups, owners.fetch_sessions, owners.context,
+                      owners.transactions, owners)
 
 
 # -- requests as a handler receives them ---------------------------------------------------------

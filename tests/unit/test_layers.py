@@ -19,7 +19,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("protocol", "purgatory"),
     # Leaves of the broker: no broker import at all (the assignors' names are checked when the
     # configuration is read, so the pure assignor algorithms sit here).
-    ("broker.wallclock", "broker.gc_policy", "broker.healthcheck", "broker.kafka_keys",
+    ("broker.gc_policy", "broker.healthcheck", "broker.kafka_keys",
      "broker.metrics.instruments", "broker.group.assignors", "broker.config_error"),
     ("broker.log",),
     ("broker.config", "broker.logging"),

@@ -1,0 +1,137 @@
+"""The composition root: every owner of one broker, built from its configuration in one place.
+
+broker/server.py (the broker process and the embedded broker) and tests/support/components.py
+(the unit tests' broker, without sockets) both build their owners here, so the unit tests run
+the wiring that clients meet.
+
+Two steps. ``Owners(config, clock)`` makes what needs no I/O (the stores, the log manager,
+the SCRAM store that the listeners' SASL needs before anything is bound). ``load()`` then
+checks and locks the log dirs, reads the metadata, opens the logs and starts the
+coordinators. The server binds its listeners between the two, so a start that fails on a
+port never touches a log dir: the clean-shutdown marker stays for the next start.
+
+Time is one ``purgatory.Clock``: the coordinators' timer runs on it and every owner that
+stamps or compares wall-clock time reads its ``wall_ms``. Produce and fetch waits run on
+``request_clock``: the server passes the loop's whatever ``clock`` is (a client's own wait must
+not hang on a manual clock), the unit tests the same manual clock. Two threads keep real time
+on purpose: the log cleaner (LogCleaner) and the time-based flusher (ReplicaManager's
+``run_time_flusher``), which the server, not this module, starts.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from broker.apis.context import ApiContext, Node
+from broker.client_telemetry import ClientTelemetry
+from broker.config import BrokerConfig
+from broker.group.coordinator import GroupConfig, GroupCoordinator
+from broker.group.offsets_store import OffsetsStore
+from broker.log.manager import LogDirLockedError, LogManager
+from broker.metadata.dynamic_config import DynamicBrokerConfig
+from broker.metadata.file_store import MetadataStore
+from broker.metadata.producer_ids import ProducerIdManager
+from broker.metadata.topic_admin import TopicAdmin, log_config
+from broker.replica.fetch_session import FetchSessionCache
+from broker.replica.replica_manager import ReplicaManager
+from broker.security.authorizer import Authorizer
+from broker.security.scram import ScramCredentialStore
+from broker.startup_error import StartupError
+from broker.txn import TransactionCoordinator
+from purgatory import Clock, Timer
+
+
+class Owners:
+    """The owners of one broker; see the module docstring for the two steps."""
+
+    # Built by ``load``.
+    dynamic: DynamicBrokerConfig
+    request_timer: Timer  # parked produce and fetch requests, on ``request_clock``
+    timer: Timer  # the coordinators' deadlines, on ``clock``
+    replica_manager: ReplicaManager
+    topics: TopicAdmin
+    offsets_store: OffsetsStore
+    groups: GroupCoordinator
+    transactions: TransactionCoordinator
+    authorizer: Authorizer
+    node: Node
+    context: ApiContext
+
+    def __init__(self, config: BrokerConfig, clock: Clock, *,
+                 request_clock: Clock | None = None) -> None:
+        self.config = config
+        self.clock = clock
+        self.request_clock = clock if request_clock is None else request_clock
+        self.log_dirs = [Path(d) for d in config["log.dirs"]]
+        self.metadata = MetadataStore(self.log_dirs[0])
+        self.log_manager = LogManager(self.log_dirs, log_config(config, {}), clock=clock)
+        self.producer_ids = ProducerIdManager(self.log_dirs[0])
+        self.scram = ScramCredentialStore(self.metadata)
+        self.fetch_sessions = FetchSessionCache()
+        self.telemetry = ClientTelemetry.of(config)
+        self.loaded = False
+
+    @property
+    def timers(self) -> list[Timer]:
+        """Each distinct timer made so far, once (one when both clocks are the same)."""
+        made = [getattr(self, "request_timer", None), getattr(self, "timer", None)]
+        return list({id(t): t for t in made if t is not None}.values())
+
+    def load(self) -> None:
+        """Lock the log dirs, read the metadata, open the logs, start the coordinators.
+        StartupError when a log dir is not a writable directory or another broker holds it."""
+        cfg = self.config
+        check_log_dirs(self.log_dirs)
+        try:
+            self.log_manager.lock_dirs()
+        except LogDirLockedError as exc:
+            raise StartupError(f"log dir {exc.log_dir} (log.dirs) is locked by another "
+                               "process, most likely another broker: stop it, or set log.dirs "
+                               "to another directory") from None
+        self.metadata.load()
+        self.authorizer = Authorizer.of(cfg, self.metadata)  # ConfigError: not Kafka's class
+        # Kafka's DynamicBrokerConfig: the stored dynamic configs count from the first read.
+        dynamic = self.dynamic = DynamicBrokerConfig(cfg, self.metadata)
+        dynamic.load()
+        self.producer_ids.load()
+        self.request_timer = Timer(self.request_clock)
+        self.timer = (self.request_timer if self.request_clock is self.clock
+                      else Timer(self.clock))
+        rm = self.replica_manager = ReplicaManager(cfg["log.flush.interval.ms"],
+                                                   self.request_timer, self.clock)
+        topics = self.topics = TopicAdmin(cfg, self.metadata, self.log_manager, rm, dynamic)
+        self.log_manager.load()
+        topics.open_all()
+        store = self.offsets_store = OffsetsStore(rm, topics, cfg["offsets.topic.num.partitions"],
+                                                  self.clock)
+        groups = self.groups = GroupCoordinator(GroupConfig.of(cfg), self.timer, store,
+                                                rm.partitions.__contains__, self.clock)
+        groups.start()
+        transactions = self.transactions = TransactionCoordinator(
+            cfg, self.timer, rm, topics, self.producer_ids, groups.handle_txn_completion,
+            groups.partition_for, self.clock)
+        transactions.start()
+        rm.verify_transaction = transactions.verify_partition
+        self.node = Node(cfg["node.id"], *cfg.advertised, self.metadata.cluster_id)
+        self.context = ApiContext(self.node, cfg, topics, rm, groups, self.fetch_sessions,
+                                  self.producer_ids, transactions, self.authorizer, self.scram,
+                                  self.telemetry, self.clock)
+        self.loaded = True
+
+
+def check_log_dirs(log_dirs: list[Path]) -> None:
+    """Each log dir is a directory this process can write (created when missing), else one
+    StartupError line naming it. Checked before anything is read or written there."""
+    for d in log_dirs:
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise StartupError(f"log dir {d} (log.dirs) is not a directory: move what is "
+                               "there away, or set log.dirs to a directory") from None
+        except OSError as exc:
+            raise StartupError(f"log dir {d} (log.dirs) cannot be created ({exc.strerror}): "
+                               "create it, or set log.dirs to a writable directory") from None
+        if not os.access(d, os.W_OK | os.X_OK):
+            raise StartupError(f"log dir {d} (log.dirs) is read-only: make it writable for "
+                               "the broker's user, or set log.dirs to a writable directory")
