@@ -171,6 +171,26 @@ async def test_api_versions_advertise_consumer_group_apis_only_when_served(
     assert keys[11] == (0, 9)  # JoinGroup either way
 
 
+@pytest.mark.parametrize("overrides, advertised", [
+    ({}, {}),
+    ({"minibroker.client.telemetry.metrics": "org.apache.kafka.producer."}, {71: (0, 0),
+                                                                            72: (0, 0)})])
+async def test_api_versions_advertise_client_telemetry_only_when_metrics_are_asked_for(
+        tmp_path: Path, overrides: dict[str, str],
+        advertised: dict[int, tuple[int, int]]) -> None:
+    """By default GetTelemetrySubscriptions (71) and PushTelemetry (72) are not listed, as Kafka
+    leaves them out without a telemetry receiver, so clients never ask."""
+    c = build(tmp_path / "logs", overrides)
+    try:
+        resp = await call(c, api_versions.handle, ApiVersionsRequest[4](
+            client_software_name="t", client_software_version="1"))
+    finally:
+        await c.close()
+    keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+    assert resp.error_code == 0 and keys[0] == (0, 11)
+    assert {k: v for k, v in keys.items() if k in (71, 72)} == advertised
+
+
 # -- metadata and topic administration ---------------------------------------------------------
 
 async def test_metadata_lists_topics_and_auto_creates_when_allowed(parts: Components) -> None:
