@@ -98,8 +98,10 @@ def broker_config(log_dir: Path, overrides: dict[str, str] | None = None) -> Bro
 
 
 def build(log_dir: Path, overrides: dict[str, str] | None = None,
-          clock: ManualClock | None = None) -> Components:
-    """Every owner of the broker, wired as Broker.__init__ and Broker.start wire them."""
+          clock: ManualClock | None = None, offsets_topic: bool = True) -> Components:
+    """Every owner of the broker, wired as Broker.__init__ and Broker.start wire them; with
+    ``offsets_topic``, __consumer_offsets exists, as once a group's first FindCoordinator has
+    created it."""
     cfg = broker_config(log_dir, overrides)
     clock = clock if clock is not None else ManualClock()
     # Broker.__init__
@@ -120,6 +122,8 @@ def build(log_dir: Path, overrides: dict[str, str] | None = None,
     store = OffsetsStore(rm, topics, cfg["offsets.topic.num.partitions"])
     coordinator = GroupCoordinator(GroupConfig.of(cfg), timer, store, rm.partitions.__contains__)
     coordinator.start()
+    if offsets_topic:
+        store.ensure_topic()
     wall_base = now_ms() - int(clock.time())
     transactions = TransactionCoordinator(
         cfg, timer, rm, topics, producer_ids,

@@ -24,13 +24,14 @@ from kafka.protocol.consumer import (
     OffsetFetchRequest,
     SyncGroupRequest,
 )
-from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
+from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
 
 from broker.apis import (
     api_versions,
     create_topics,
     delete_topics,
     fetch,
+    find_coordinator,
     heartbeat,
     join_group,
     list_offsets,
@@ -214,6 +215,29 @@ async def test_metadata_lists_topics_and_auto_creates_when_allowed(parts: Compon
     [t] = resp.topics
     assert (t.name, t.error_code, len(t.partitions)) == ("created", 0, 1)  # num.partitions
     assert ("created", 0) in parts.replica_manager.partitions
+
+
+async def test_offsets_topic_created_by_the_first_find_coordinator_for_a_group(
+        tmp_path: Path) -> None:
+    """As Kafka: a fresh broker has no internal topic (`kcat -L` lists nothing); a group's
+    FindCoordinator creates __consumer_offsets, a transactional id's does not."""
+    c = build(tmp_path / "logs", {"offsets.topic.num.partitions": "3"}, offsets_topic=False)
+    try:
+        resp = await call(c, metadata.handle, metadata_request(None))
+        assert resp.topics == []
+        found = await call(c, find_coordinator.handle, FindCoordinatorRequest[3](
+            key="a-producer", key_type=1))
+        assert (found.error_code, found.node_id) == (0, 1)
+        assert "__consumer_offsets" not in c.metadata.topics
+        found = await call(c, find_coordinator.handle, FindCoordinatorRequest[3](
+            key="a-group", key_type=0))
+        assert (found.error_code, found.node_id) == (0, 1)
+        resp = await call(c, metadata.handle, metadata_request(None))
+        offsets = {t.name: t for t in resp.topics}["__consumer_offsets"]
+        assert offsets.is_internal and len(offsets.partitions) == 3
+        assert c.topics.topic_overrides("__consumer_offsets")["cleanup.policy"] == "compact"
+    finally:
+        await c.close()
 
 
 async def test_create_and_delete_topics(parts: Components) -> None:
