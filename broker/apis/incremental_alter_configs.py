@@ -22,8 +22,8 @@ from broker.apis.alter_configs import (
     check_keys,
 )
 from broker.config import KEYS
-from broker.dynamic_config import is_list_key
-from broker.metadata import TOPIC_CONFIG_DEFAULTS, TOPIC_LIST_KEYS
+from broker.dynamic_config import STORED_BROKER_KEYS, is_list_key
+from broker.metadata import STORED_TOPIC_CONFIGS, TOPIC_CONFIG_DEFAULTS, TOPIC_LIST_KEYS
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ def _alter(ctx: ApiContext, request: Request, res: Any, validate_only: bool) -> 
     elif res.resource_type == BROKER:
         dynamic = ctx.topics.dynamic
         current = dynamic.overrides(res.resource_name)
-        new = apply_ops(current, ops, _broker_list_key, lambda key: KEYS[key].default)
+        new = apply_ops(current, ops, _broker_list_key, _broker_default)
         if not broker_alter_allowed(ctx, request):
             dynamic.alter(res.resource_name, new, True)  # the preprocessing's errors come first
             check_alter_allowed(ctx, request, res)
@@ -92,10 +92,18 @@ def apply_ops(current: dict[str, str], ops: list[tuple[str, int, str | None]],
 
 def _topic_default(key: str) -> str:
     """A topic key's own default (Kafka's LogConfig default, not the broker's setting)."""
+    if key in STORED_TOPIC_CONFIGS:
+        return STORED_TOPIC_CONFIGS[key][1]
     return KEYS[TOPIC_CONFIG_DEFAULTS[key]].default
 
 
+def _broker_default(key: str) -> str:
+    if key in STORED_BROKER_KEYS:
+        return STORED_BROKER_KEYS[key][1] or ""
+    return KEYS[key].default
+
+
 def _broker_list_key(key: str) -> bool:
-    if key not in KEYS:
+    if key not in KEYS and key not in STORED_BROKER_KEYS:
         raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown config name: {key}")
     return is_list_key(key)
