@@ -340,3 +340,115 @@ class DynamicBrokerConfig:
             else:
                 continue
             raise KafkaError(ErrorCode.INVALID_REQUEST, problem)
+
+
+# -- group configs (resource type GROUP) ----------------------------------------------------------
+GROUP_CONFIG = 8  # DescribeConfigs' ConfigSource of a group's own value
+# Kafka 4.0's GroupConfig keys -> (the broker key whose value is the default, or Kafka's fixed
+# default; least value). The share.* keys are stored and shown only: no share groups here.
+GROUP_CONFIG_KEYS: dict[str, tuple[str, int | None]] = {
+    "consumer.session.timeout.ms": ("group.consumer.session.timeout.ms", 1),
+    "consumer.heartbeat.interval.ms": ("group.consumer.heartbeat.interval.ms", 1),
+    "share.session.timeout.ms": ("45000", 1),
+    "share.heartbeat.interval.ms": ("5000", 1),
+    "share.record.lock.duration.ms": ("30000", 1000),
+    "share.auto.offset.reset": ("latest", None),
+}
+# Bounds Kafka checks a group's value against (GroupConfig.validateValues): key -> (min, max),
+# each a broker key or Kafka's fixed share-group bound.
+_GROUP_BOUNDS = {
+    "consumer.session.timeout.ms": ("group.consumer.min.session.timeout.ms",
+                                    "group.consumer.max.session.timeout.ms"),
+    "consumer.heartbeat.interval.ms": ("group.consumer.min.heartbeat.interval.ms",
+                                       "group.consumer.max.heartbeat.interval.ms"),
+    "share.session.timeout.ms": ("45000", "60000"),
+    "share.heartbeat.interval.ms": ("5000", "15000"),
+    "share.record.lock.duration.ms": ("15000", "60000"),
+}
+
+
+class GroupConfigs:
+    """Kafka's group configs (KIP-848's GroupConfig): per-group overrides of the broker's group
+    keys, kept in the metadata file beside the topics' and read by the consumer group
+    coordinator at each heartbeat (consumer.session.timeout.ms, .heartbeat.interval.ms)."""
+
+    def __init__(self, config: BrokerConfig, metadata: MetadataStore) -> None:
+        self.config = config
+        self.metadata = metadata
+
+    def _default(self, key: str) -> str:
+        source = GROUP_CONFIG_KEYS[key][0]
+        return value_text(self.config[source]) if source in KEYS else source
+
+    def _bound(self, text: str) -> int:
+        return int(self.config[text]) if text in KEYS else int(text)
+
+    def effective(self, group_id: str) -> list[tuple[str, str, int]]:
+        """(key, value, source) of every group key: the group's own value (GROUP_CONFIG), else
+        the default (DEFAULT_CONFIG), as Kafka's ConfigHelper describes a group."""
+        own = self.metadata.group_configs.get(group_id, {})
+        return [(key, own[key], GROUP_CONFIG) if key in own
+                else (key, self._default(key), DEFAULT_CONFIG) for key in GROUP_CONFIG_KEYS]
+
+    def overrides(self, group_id: str) -> dict[str, str]:
+        return dict(self.metadata.group_configs.get(group_id, {}))
+
+    def alter(self, group_id: str, overrides: dict[str, str], validate_only: bool = False
+              ) -> None:
+        """Replace a group's overrides: checked as Kafka's GroupConfig.validate checks them
+        (INVALID_CONFIG), persisted, then read by the coordinator at the next heartbeat."""
+        if not group_id:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
+        self._validate(overrides)
+        if validate_only:
+            return
+        normalized = {k: v.strip() for k, v in overrides.items()}
+        before = self.metadata.group_configs.get(group_id)
+        self.metadata.group_configs[group_id] = normalized
+        try:
+            self.metadata.save()
+        except BaseException:
+            if before is None:
+                self.metadata.group_configs.pop(group_id, None)
+            else:
+                self.metadata.group_configs[group_id] = before
+            raise
+        log.info("group configs altered", group=group_id, configs=normalized)
+
+    def _validate(self, overrides: dict[str, str]) -> None:
+        values: dict[str, int] = {}
+        for key, value in overrides.items():
+            if key not in GROUP_CONFIG_KEYS:
+                raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown group config name: {key}")
+            text = value.strip()
+            if key == "share.auto.offset.reset":
+                if text.lower() not in ("latest", "earliest"):
+                    raise KafkaError(ErrorCode.INVALID_CONFIG,
+                                     f"Invalid value {value} for configuration {key}: String "
+                                     "must be one of: latest, earliest")
+                continue
+            least = GROUP_CONFIG_KEYS[key][1]
+            if not text.lstrip("-").isdigit() or not (least or 0) <= int(text) < 1 << 31:
+                raise KafkaError(ErrorCode.INVALID_CONFIG,
+                                 f"Invalid value {value} for configuration {key}: Value must "
+                                 f"be at least {least}")
+            values[key] = int(text)
+        combined = {k: int(self._default(k)) for k in _GROUP_BOUNDS} | values
+        for key, (low, high) in _GROUP_BOUNDS.items():
+            if combined[key] < self._bound(low):
+                raise KafkaError(ErrorCode.INVALID_CONFIG,
+                                 f"{key} must be greater than or equal to {low}")
+            if combined[key] > self._bound(high):
+                raise KafkaError(ErrorCode.INVALID_CONFIG,
+                                 f"{key} must be less than or equal to {high}")
+        for kind in ("consumer", "share"):
+            if combined[f"{kind}.session.timeout.ms"] <= combined[f"{kind}.heartbeat.interval.ms"]:
+                raise KafkaError(ErrorCode.INVALID_CONFIG,
+                                 f"{kind}.session.timeout.ms must be greater than "
+                                 f"{kind}.heartbeat.interval.ms")
+
+
+def group_setting(metadata: MetadataStore, group_id: str, key: str, default: int) -> int:
+    """A group's own value of a numeric group key, else ``default`` (the broker's)."""
+    value = metadata.group_configs.get(group_id, {}).get(key)
+    return int(value) if value is not None else default

@@ -220,6 +220,7 @@ class MetadataStore:
         self.topics: dict[str, TopicInfo] = {}
         self.by_id: dict[uuid.UUID, TopicInfo] = {}
         self.broker_configs: dict[str, dict[str, str]] = {}
+        self.group_configs: dict[str, dict[str, str]] = {}  # group id -> its config overrides
         self.acls: list[dict[str, object]] = []
         self.scram_credentials: dict[str, dict[str, dict[str, object]]] = {}
         self.cluster_id = ""
@@ -233,6 +234,7 @@ class MetadataStore:
                                       t["configs"]))
             self.broker_configs = {name: dict(configs) for name, configs
                                    in doc.get("broker_configs", {}).items()}
+            self.group_configs = {g: dict(c) for g, c in doc.get("group_configs", {}).items()}
             self.acls = list(doc.get("acls", []))
             self.scram_credentials = dict(doc.get("scram_credentials", {}))
         else:
@@ -249,6 +251,7 @@ class MetadataStore:
             ],
             "broker_configs": {name: configs for name, configs in self.broker_configs.items()
                                if configs},
+            "group_configs": {g: c for g, c in self.group_configs.items() if c},
             "acls": self.acls,
             "scram_credentials": {user: creds for user, creds in self.scram_credentials.items()
                                   if creds},

@@ -6,7 +6,8 @@ config, the default), and v1+ lists those synonyms when asked. A topic key's syn
 broker key's (retention.ms -> log.retention.ms). Values are written as Kafka writes them back
 (lists with commas, doubles as Java's Double.toString). A topic needs DESCRIBE_CONFIGS on it
 (TOPIC_AUTHORIZATION_FAILED), a broker DESCRIBE_CONFIGS on the cluster
-(CLUSTER_AUTHORIZATION_FAILED); refused resources are answered after the others, as Kafka's
+(CLUSTER_AUTHORIZATION_FAILED), a group DESCRIBE_CONFIGS on it (GROUP_AUTHORIZATION_FAILED);
+refused resources are answered after the others, as Kafka's
 ConfigHelper answers them.
 """
 
@@ -19,7 +20,12 @@ from kafka.protocol.admin import DescribeConfigsResponse
 from broker.acl import AclOperation, ResourceType
 from broker.apis.authorize import MESSAGES, allowed, cluster_allowed
 from broker.config import KEYS, value_text
-from broker.dynamic_config import DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG, STORED_BROKER_KEYS
+from broker.dynamic_config import (
+    DEFAULT_CONFIG,
+    DYNAMIC_TOPIC_CONFIG,
+    STORED_BROKER_KEYS,
+    GroupConfigs,
+)
 from broker.metadata import (
     STORED_TOPIC_CONFIGS,
     TOPIC_CONFIG_DEFAULTS,
@@ -36,7 +42,7 @@ Result = DescribeConfigsResponse.DescribeConfigsResult
 Entry = Result.DescribeConfigsResourceResult
 Synonym = Entry.DescribeConfigsSynonym
 
-TOPIC, BROKER = 2, 4
+TOPIC, BROKER, GROUP = 2, 4, 32
 # ConfigType values (v3+), which the Java Admin shows as ConfigEntry.type().
 BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
 # Kafka's ConfigDef types of the topic keys served (TopicConfig / LogConfig); others are LONG.
@@ -86,6 +92,9 @@ def _denied(ctx: ApiContext, request: Request, res: Any) -> ErrorCode | None:
         return ErrorCode.TOPIC_AUTHORIZATION_FAILED
     if res.resource_type == BROKER and not cluster_allowed(ctx, request, op):
         return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    if res.resource_type == GROUP and not allowed(ctx, request, op, ResourceType.GROUP,
+                                                  res.resource_name):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED
     return None
 
 
@@ -96,6 +105,8 @@ def _describe(ctx: ApiContext, res: Any, synonyms: bool, docs: bool) -> Result:
             return _error(res, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
     elif res.resource_type == BROKER:
         entries = _broker_entries(ctx, res.resource_name, synonyms, docs)
+    elif res.resource_type == GROUP:
+        entries = _group_entries(ctx, res.resource_name, synonyms, docs)
     else:
         return _error(res, ErrorCode.INVALID_REQUEST,
                       f"Unsupported resource type: {res.resource_type}")
@@ -127,6 +138,18 @@ def _topic_entries(ctx: ApiContext, name: str, synonyms: bool, docs: bool) -> li
                               TOPIC_TYPES.get(key, LONG),
                               KEYS[broker_key].doc if docs else None))
     return entries
+
+
+def _group_entries(ctx: ApiContext, group_id: str, synonyms: bool, docs: bool) -> list[Entry]:
+    """Kafka's ConfigHelper for a group: every group key, the group's own value
+    (GROUP_CONFIG) or the broker's default (DEFAULT_CONFIG); a group need not exist."""
+    if not group_id:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
+    doc = "Kafka's group config (GroupConfig); the share.* keys have no effect here."
+    return [_entry(key, value, source, False, [(key, value, source)] if synonyms else [],
+                   STRING if key == "share.auto.offset.reset" else INT, doc if docs else None)
+            for key, value, source in GroupConfigs(ctx.config, ctx.topics.metadata).effective(
+                group_id)]
 
 
 def _stored_entry(key: str, value: str, overridden: bool, synonyms: bool, docs: bool) -> Entry:

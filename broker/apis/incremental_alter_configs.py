@@ -3,7 +3,9 @@
 The operations turn the resource's current overrides into new ones (APPEND/SUBTRACT only on
 LIST keys, starting from the key's default when it has no override, as Kafka's controller
 does), then the new set goes through the same checks, the same authorization (ALTER_CONFIGS
-on the topic or, for a broker, on the cluster) and the same apply as AlterConfigs.
+on the topic or, for a broker, on the cluster) and the same apply as AlterConfigs. A GROUP
+resource (Kafka's group configs) needs ALTER_CONFIGS on the group (GROUP_AUTHORIZATION_FAILED);
+its keys are checked as Kafka's GroupConfig checks them (INVALID_CONFIG) and persisted.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import IncrementalAlterConfigsResponse
 
+from broker.acl import AclOperation, ResourceType
 from broker.apis.alter_configs import (
     BROKER,
     TOPIC,
@@ -21,8 +24,9 @@ from broker.apis.alter_configs import (
     check_alter_allowed,
     check_keys,
 )
+from broker.apis.authorize import MESSAGES, allowed
 from broker.config import KEYS
-from broker.dynamic_config import STORED_BROKER_KEYS, is_list_key
+from broker.dynamic_config import STORED_BROKER_KEYS, GroupConfigs, is_list_key
 from broker.metadata import STORED_TOPIC_CONFIGS, TOPIC_CONFIG_DEFAULTS, TOPIC_LIST_KEYS
 from protocol.errors import ErrorCode, KafkaError
 
@@ -31,6 +35,7 @@ if TYPE_CHECKING:
     from broker.network.request import Request
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+GROUP = 32
 _OP_NAMES = {APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
 
 
@@ -49,6 +54,15 @@ def _alter(ctx: ApiContext, request: Request, res: Any, validate_only: bool) -> 
         current = ctx.topics.topic_overrides(res.resource_name)
         new = apply_ops(current, ops, TOPIC_LIST_KEYS.__contains__, _topic_default)
         ctx.topics.alter_topic_configs(res.resource_name, new, validate_only)
+    elif res.resource_type == GROUP:
+        if not allowed(ctx, request, AclOperation.ALTER_CONFIGS, ResourceType.GROUP,
+                       res.resource_name):
+            raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                             MESSAGES[ErrorCode.GROUP_AUTHORIZATION_FAILED])
+        groups = GroupConfigs(ctx.config, ctx.topics.metadata)
+        new = apply_ops(groups.overrides(res.resource_name), ops, lambda _key: False,
+                        lambda _key: "")
+        groups.alter(res.resource_name, new, validate_only)
     elif res.resource_type == BROKER:
         dynamic = ctx.topics.dynamic
         current = dynamic.overrides(res.resource_name)
