@@ -1,10 +1,13 @@
 """Kafka's config keys through real admin clients: every topic key Kafka 4.0 accepts is
 accepted at creation and by both alter APIs, stored, and described with Kafka's defaults and
 sources (the ones without effect on one broker included); a dynamic broker key Kafka knows but
-this broker has no use for is answered NO_ERROR, stored and described, as Kafka answers it; bad
-values still get Kafka's error codes."""
+this broker has no use for is answered NO_ERROR, stored and described, as Kafka answers it; a
+group's configs (resource type GROUP) are set, described, kept across a restart and honoured
+by the coordinator; bad values still get Kafka's error codes."""
 
 from __future__ import annotations
+
+import uuid
 
 import pytest
 from confluent_kafka import KafkaException
@@ -19,7 +22,9 @@ from confluent_kafka.admin import (
 from kafka.admin import ConfigResource as KpResource
 from kafka.admin import KafkaAdminClient
 
+from protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 from tests.support.clients import create_topic, unique_topic
+from tests.support.wire import Wire
 
 SET, APPEND = AlterConfigOpType.SET, AlterConfigOpType.APPEND
 INVALID_CONFIG, INVALID_REQUEST = 40, 42
@@ -148,3 +153,57 @@ def test_dynamic_broker_key_with_a_bad_value_is_refused(broker) -> None:
         ConfigEntry("background.threads", "many", incremental_operation=SET)])
     assert alter_code(admin, res) == INVALID_REQUEST
     assert described(admin, ConfigResource.Type.BROKER, "1")["background.threads"].value == "10"
+
+
+# -- group configs (resource type GROUP) --------------------------------------------------------
+
+def heartbeat_interval(port: int, group_id: str, topic: str) -> int:
+    """The heartbeat interval a joining member of the consumer group protocol is answered."""
+    req = ConsumerGroupHeartbeatRequest[0](
+        group_id=group_id, member_id=str(uuid.uuid4()), member_epoch=0, instance_id=None,
+        rack_id=None, rebalance_timeout_ms=30_000, subscribed_topic_names=[topic],
+        server_assignor=None, topic_partitions=[])
+    wire = Wire(port)
+    try:
+        resp = wire.request(req, ConsumerGroupHeartbeatResponse)
+    finally:
+        wire.close()
+    assert resp.error_code == 0, resp.error_message
+    return resp.heartbeat_interval_ms
+
+
+def test_group_configs_with_both_admin_clients(broker_factory) -> None:
+    """kafka-python sets a group's session timeout, librdkafka its heartbeat interval; both
+    read them back with their source; they survive a restart; the coordinator answers the
+    group's interval to a joining member and the broker's to another group's; a bad value
+    is INVALID_CONFIG."""
+    broker = broker_factory()
+    topic, grp = unique_topic("group-configs"), unique_topic("group-configs-g")
+    create_topic(broker.bootstrap, topic)
+    kp = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)
+    try:
+        out = kp.alter_configs([KpResource("GROUP", grp, configs={
+            "consumer.session.timeout.ms": ("SET", "50000")})], incremental=True)
+        assert out == {"group": {grp: "OK"}}
+    finally:
+        kp.close()
+    admin = admin_for(broker.bootstrap)
+    res = ConfigResource(ConfigResource.Type.GROUP, grp, incremental_configs=[
+        ConfigEntry("consumer.heartbeat.interval.ms", "7000", incremental_operation=SET)])
+    assert alter_code(admin, res) == 0
+    bad = ConfigResource(ConfigResource.Type.GROUP, grp, incremental_configs=[
+        ConfigEntry("consumer.heartbeat.interval.ms", "60000", incremental_operation=SET)])
+    assert alter_code(admin, bad) == INVALID_CONFIG  # not below the session timeout
+    del admin
+
+    broker.restart()
+    admin = admin_for(broker.bootstrap)
+    got = described(admin, ConfigResource.Type.GROUP, grp)
+    assert (got["consumer.session.timeout.ms"].value, got["consumer.session.timeout.ms"].source
+            ) == ("50000", ConfigSource.GROUP_CONFIG.value)
+    assert got["consumer.heartbeat.interval.ms"].value == "7000"
+    other = described(admin, ConfigResource.Type.GROUP, grp + "-other")
+    assert (other["consumer.session.timeout.ms"].value, other["consumer.session.timeout.ms"]
+            .source) == ("45000", ConfigSource.DEFAULT_CONFIG.value)
+    assert heartbeat_interval(broker.port, grp, topic) == 7000
+    assert heartbeat_interval(broker.port, grp + "-other", topic) == 5000
