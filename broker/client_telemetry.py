@@ -1,9 +1,11 @@
 """Client telemetry (KIP-714): the subscriptions clients ask for and the pushes they send.
 
-Clients that see GetTelemetrySubscriptions advertised ask which metrics to push; without
-``minibroker.client.telemetry.metrics`` the answer requests none, so they push nothing and only
-ask again after the push interval. Pushes are checked as Kafka's ClientMetricsManager checks
-them (instance id, subscription id, codec, size) and counted; their contents are not kept.
+Clients that see GetTelemetrySubscriptions advertised ask which metrics to push. ApiVersions
+lists the two APIs only when ``minibroker.client.telemetry.metrics`` asks for some, as Kafka
+lists them only when a telemetry receiver (a ClientTelemetry metrics reporter) is configured;
+a client that asks anyway is answered, as Kafka answers it. Pushes are checked as Kafka's
+ClientMetricsManager checks them (instance id, subscription id, codec, size) and counted; their
+contents are not kept.
 
 Client instances are bounded (the oldest is forgotten first), so clients inventing instance ids
 cannot grow the broker's memory.
@@ -51,6 +53,12 @@ class ClientTelemetry:
         self._instances: OrderedDict[uuid.UUID, _ClientInstance] = OrderedDict()
         self.pushes: dict[str, int] = {}  # result (error name or "accepted") -> count
         self.pushed_bytes = 0
+
+    @property
+    def advertised(self) -> bool:
+        """Whether ApiVersions lists GetTelemetrySubscriptions and PushTelemetry: only when
+        metrics are asked for, so by default clients neither ask nor push nor warn."""
+        return bool(self.requested_metrics)
 
     def subscribe(self, instance_id: uuid.UUID) -> tuple[uuid.UUID, TelemetrySubscription]:
         """The instance id (a new one for a client that sent zero) and its subscription."""

@@ -3,7 +3,10 @@
 A version we do not know is answered with UNSUPPORTED_VERSION and the full list in v0 form, so a
 newer client can retry with a version we share (KIP-511). Without ``consumer`` in
 group.coordinator.rebalance.protocols the consumer group APIs are not advertised, as Kafka
-leaves them out, so clients fall back to the classic protocol.
+leaves them out, so clients fall back to the classic protocol. The client telemetry APIs are
+advertised only when client metrics are asked for (``minibroker.client.telemetry.metrics``), as
+Kafka lists them only when a telemetry receiver is configured: a client that does not see them
+never asks, and librdkafka prints no telemetry notice.
 """
 
 from __future__ import annotations
@@ -13,7 +16,12 @@ from typing import TYPE_CHECKING
 from kafka.protocol.metadata import ApiVersionsResponse
 
 from protocol.errors import ErrorCode
-from protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
+from protocol.messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
+    GetTelemetrySubscriptionsRequest,
+    PushTelemetryRequest,
+)
 from protocol.registry import APIS
 
 if TYPE_CHECKING:
@@ -27,14 +35,25 @@ _KEYS = [
                                    max_version=s.max_version)
     for s in sorted(APIS.values(), key=lambda s: s.key)
 ]
-_CLASSIC_KEYS = [k for k in _KEYS if k.api_key not in CONSUMER_GROUP_KEYS]
+TELEMETRY_KEYS = frozenset((GetTelemetrySubscriptionsRequest.API_KEY,
+                            PushTelemetryRequest.API_KEY))
+# (consumer group protocol served, telemetry advertised) -> the list answered.
+_LISTS = {
+    (consumer, telemetry): [
+        k for k in _KEYS
+        if (consumer or k.api_key not in CONSUMER_GROUP_KEYS)
+        and (telemetry or k.api_key not in TELEMETRY_KEYS)
+    ]
+    for consumer in (False, True) for telemetry in (False, True)
+}
 
 
 def handle(ctx: ApiContext, request: Request) -> ApiVersionsResponse:
     error = ErrorCode.NONE if request.body is not None else ErrorCode.UNSUPPORTED_VERSION
     consumer = "consumer" in ctx.config["group.coordinator.rebalance.protocols"]
     return ApiVersionsResponse(
-        error_code=error, api_keys=_KEYS if consumer else _CLASSIC_KEYS, throttle_time_ms=0,
+        error_code=error, api_keys=_LISTS[(consumer, ctx.telemetry.advertised)],
+        throttle_time_ms=0,
         supported_features=[], finalized_features_epoch=-1, finalized_features=[],
         zk_migration_ready=False,
     )

@@ -6,7 +6,8 @@ config, the default), and v1+ lists those synonyms when asked. A topic key's syn
 broker key's (retention.ms -> log.retention.ms). Values are written as Kafka writes them back
 (lists with commas, doubles as Java's Double.toString). A topic needs DESCRIBE_CONFIGS on it
 (TOPIC_AUTHORIZATION_FAILED), a broker DESCRIBE_CONFIGS on the cluster
-(CLUSTER_AUTHORIZATION_FAILED); refused resources are answered after the others, as Kafka's
+(CLUSTER_AUTHORIZATION_FAILED), a group DESCRIBE_CONFIGS on it (GROUP_AUTHORIZATION_FAILED);
+refused resources are answered after the others, as Kafka's
 ConfigHelper answers them.
 """
 
@@ -18,8 +19,18 @@ from kafka.protocol.admin import DescribeConfigsResponse
 
 from broker.apis.authorize import MESSAGES, allowed, cluster_allowed
 from broker.config import KEYS, value_text
-from broker.metadata.dynamic_config import DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG
-from broker.metadata.file_store import TOPIC_CONFIG_DEFAULTS, validate_topic_name
+from broker.metadata.dynamic_config import (
+    DEFAULT_CONFIG,
+    DYNAMIC_TOPIC_CONFIG,
+    STORED_BROKER_KEYS,
+    GroupConfigs,
+)
+from broker.metadata.file_store import (
+    STORED_TOPIC_CONFIGS,
+    TOPIC_CONFIG_DEFAULTS,
+    stored_topic_value_text,
+    validate_topic_name,
+)
 from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
 
@@ -31,7 +42,7 @@ Result = DescribeConfigsResponse.DescribeConfigsResult
 Entry = Result.DescribeConfigsResourceResult
 Synonym = Entry.DescribeConfigsSynonym
 
-TOPIC, BROKER = 2, 4
+TOPIC, BROKER, GROUP = 2, 4, 32
 # ConfigType values (v3+), which the Java Admin shows as ConfigEntry.type().
 BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
 # Kafka's ConfigDef types of the topic keys served (TopicConfig / LogConfig); others are LONG.
@@ -41,6 +52,10 @@ TOPIC_TYPES = {
     "compression.gzip.level": INT, "compression.lz4.level": INT, "compression.zstd.level": INT,
     "min.cleanable.dirty.ratio": DOUBLE,
 }
+_STORED_TYPES = {"boolean": BOOLEAN, "int": INT, "long": LONG, "list": LIST}
+# ConfigType of the broker keys stored without effect (SHORT 4, CLASS 8).
+_STORED_BROKER_TYPES = {**_STORED_TYPES, "short": 4, "double": DOUBLE, "string": STRING,
+                        "class": 8}
 # Broker keys Kafka types LONG although they are not durations, and .ms keys it types INT.
 _LONG_BROKER_KEYS = {"log.retention.bytes", "log.flush.interval.messages",
                      "queued.max.request.bytes", "log.cleaner.dedupe.buffer.size"}
@@ -77,6 +92,9 @@ def _denied(ctx: ApiContext, request: Request, res: Any) -> ErrorCode | None:
         return ErrorCode.TOPIC_AUTHORIZATION_FAILED
     if res.resource_type == BROKER and not cluster_allowed(ctx, request, op):
         return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    if res.resource_type == GROUP and not allowed(ctx, request, op, ResourceType.GROUP,
+                                                  res.resource_name):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED
     return None
 
 
@@ -87,6 +105,8 @@ def _describe(ctx: ApiContext, res: Any, synonyms: bool, docs: bool) -> Result:
             return _error(res, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
     elif res.resource_type == BROKER:
         entries = _broker_entries(ctx, res.resource_name, synonyms, docs)
+    elif res.resource_type == GROUP:
+        entries = _group_entries(ctx, res.resource_name, synonyms, docs)
     else:
         return _error(res, ErrorCode.INVALID_REQUEST,
                       f"Unsupported resource type: {res.resource_type}")
@@ -105,6 +125,9 @@ def _topic_entries(ctx: ApiContext, name: str, synonyms: bool, docs: bool) -> li
     dynamic = ctx.topics.dynamic
     entries = []
     for key, value in ctx.topics.topic_config(info).items():
+        if key in STORED_TOPIC_CONFIGS:
+            entries.append(_stored_entry(key, value, key in info.configs, synonyms, docs))
+            continue
         broker_key = TOPIC_CONFIG_DEFAULTS[key]
         text = _topic_value_text(key, value)
         found = dynamic.synonyms(broker_key)
@@ -117,20 +140,61 @@ def _topic_entries(ctx: ApiContext, name: str, synonyms: bool, docs: bool) -> li
     return entries
 
 
+def _group_entries(ctx: ApiContext, group_id: str, synonyms: bool, docs: bool) -> list[Entry]:
+    """Kafka's ConfigHelper for a group: every group key, the group's own value
+    (GROUP_CONFIG) or the broker's default (DEFAULT_CONFIG); a group need not exist."""
+    if not group_id:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
+    doc = "Kafka's group config (GroupConfig); the share.* keys have no effect here."
+    return [_entry(key, value, source, False, [(key, value, source)] if synonyms else [],
+                   STRING if key == "share.auto.offset.reset" else INT, doc if docs else None)
+            for key, value, source in GroupConfigs(ctx.config, ctx.topics.metadata).effective(
+                group_id)]
+
+
+def _stored_entry(key: str, value: str, overridden: bool, synonyms: bool, docs: bool) -> Entry:
+    """A key Kafka accepts that has no effect here: the topic's value, else Kafka's default,
+    whose synonym is Kafka's broker key at its default (this broker has no such key)."""
+    broker_key, default, kind, _least = STORED_TOPIC_CONFIGS[key]
+    found = [(broker_key, stored_topic_value_text(key, default), DEFAULT_CONFIG)] if (
+        broker_key is not None) else []
+    text = stored_topic_value_text(key, value)
+    if overridden:
+        found.insert(0, (key, text, DYNAMIC_TOPIC_CONFIG))
+    source = DYNAMIC_TOPIC_CONFIG if overridden else DEFAULT_CONFIG
+    doc = "Kafka's topic config; stored and shown, with no effect on this broker."
+    return _entry(key, text, source, False, found if synonyms else [], _STORED_TYPES[kind],
+                  doc if docs else None)
+
+
 def _broker_entries(ctx: ApiContext, name: str, synonyms: bool, docs: bool) -> list[Entry]:
     dynamic = ctx.topics.dynamic
     per_broker = bool(dynamic.resource(name))
-    keys = list(KEYS) if per_broker else list(dynamic.overrides(""))
+    keys = list(KEYS) + list(STORED_BROKER_KEYS) if per_broker else list(dynamic.overrides(""))
     updatable = dynamic.updatable
     entries = []
     for key in keys:
         found = dynamic.synonyms(key, per_broker)
+        if key in STORED_BROKER_KEYS:
+            entries.append(_stored_broker_entry(key, found, synonyms, docs))
+            continue
         text = value_text(ctx.config[key]) if per_broker else found[0][1]
         source = found[0][2] if found else DEFAULT_CONFIG
         entries.append(_entry(key, text, source, key not in updatable,
                               found if synonyms else [], _broker_type(key),
                               KEYS[key].doc if docs else None))
     return entries
+
+
+def _stored_broker_entry(key: str, found: list[tuple[str, str, int]], synonyms: bool,
+                         docs: bool) -> Entry:
+    """A dynamic key of Kafka's that has no effect here: shown as Kafka shows it (updatable,
+    its dynamic value or Kafka's default, null when Kafka has none)."""
+    kind = STORED_BROKER_KEYS[key][0]
+    value, source = (found[0][1], found[0][2]) if found else (None, DEFAULT_CONFIG)
+    doc = "Kafka's dynamic broker config; stored and shown, with no effect on this broker."
+    return _entry(key, value, source, False, found if synonyms else [],  # type: ignore[arg-type]
+                  _STORED_BROKER_TYPES[kind], doc if docs else None)
 
 
 def _entry(name: str, value: str, source: int, read_only: bool,

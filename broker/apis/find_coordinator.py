@@ -1,13 +1,13 @@
 """FindCoordinator (key 10): this broker coordinates every group and every transactional id (v0-v3
 one key, v4+ a batch).
 
-A transactional key creates `__transaction_state` on first use, as Kafka's auto topic creation
-does for it; the topic is local here, so the answer names this node at once instead of a
-COORDINATOR_NOT_AVAILABLE to retry. Key types other than group (0) and transaction (1) are an
-INVALID_REQUEST (no share coordinator is served). With ACLs on, each key needs DESCRIBE on
-its group (GROUP_AUTHORIZATION_FAILED) or transactional id
-(TRANSACTIONAL_ID_AUTHORIZATION_FAILED), checked first, as Kafka's getCoordinator does. The
-node answered is this listener's advertised endpoint.
+A group key creates `__consumer_offsets` and a transactional key `__transaction_state` on first
+use, as Kafka's auto topic creation does for them; the topic is local here, so the answer names
+this node at once instead of a COORDINATOR_NOT_AVAILABLE to retry. Key types other than group
+(0) and transaction (1) are an INVALID_REQUEST (no share coordinator is served). With ACLs on,
+each key needs DESCRIBE on its group (GROUP_AUTHORIZATION_FAILED) or transactional id
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED), checked first, as Kafka's getCoordinator does. The node
+answered is this listener's advertised endpoint.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ def _coordinator(ctx: ApiContext, request: Request, key_type: int, key: str
         # Before v4 Kafka's error response carries the error's own message; v4+ none.
         return denied, MESSAGES[denied] if request.version < 4 else None
     if key_type == GROUP:
+        ctx.groups.store.ensure_topic()
         return ErrorCode.NONE, None
     if key_type != TRANSACTION:
         return ErrorCode.INVALID_REQUEST, f"unknown coordinator type {key_type}"

@@ -3,7 +3,9 @@
 The operations turn the resource's current overrides into new ones (APPEND/SUBTRACT only on
 LIST keys, starting from the key's default when it has no override, as Kafka's controller
 does), then the new set goes through the same checks, the same authorization (ALTER_CONFIGS
-on the topic or, for a broker, on the cluster) and the same apply as AlterConfigs.
+on the topic or, for a broker, on the cluster) and the same apply as AlterConfigs. A GROUP
+resource (Kafka's group configs) needs ALTER_CONFIGS on the group (GROUP_AUTHORIZATION_FAILED);
+its keys are checked as Kafka's GroupConfig checks them (INVALID_CONFIG) and persisted.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from broker.apis.alter_configs import (
     check_alter_allowed,
     check_keys,
 )
+from broker.apis.authorize import MESSAGES, allowed
 from broker.config import KEYS
-from broker.metadata.dynamic_config import is_list_key
-from broker.metadata.file_store import TOPIC_CONFIG_DEFAULTS, TOPIC_LIST_KEYS
+from broker.metadata.dynamic_config import STORED_BROKER_KEYS, GroupConfigs, is_list_key
+from broker.metadata.file_store import STORED_TOPIC_CONFIGS, TOPIC_CONFIG_DEFAULTS, TOPIC_LIST_KEYS
+from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -31,6 +35,7 @@ if TYPE_CHECKING:
     from broker.network.request import Request
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+GROUP = 32
 _OP_NAMES = {APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
 
 
@@ -49,10 +54,19 @@ def _alter(ctx: ApiContext, request: Request, res: Any, validate_only: bool) -> 
         current = ctx.topics.topic_overrides(res.resource_name)
         new = apply_ops(current, ops, TOPIC_LIST_KEYS.__contains__, _topic_default)
         ctx.topics.alter_topic_configs(res.resource_name, new, validate_only)
+    elif res.resource_type == GROUP:
+        if not allowed(ctx, request, AclOperation.ALTER_CONFIGS, ResourceType.GROUP,
+                       res.resource_name):
+            raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                             MESSAGES[ErrorCode.GROUP_AUTHORIZATION_FAILED])
+        groups = GroupConfigs(ctx.config, ctx.topics.metadata)
+        new = apply_ops(groups.overrides(res.resource_name), ops, lambda _key: False,
+                        lambda _key: "")
+        groups.alter(res.resource_name, new, validate_only)
     elif res.resource_type == BROKER:
         dynamic = ctx.topics.dynamic
         current = dynamic.overrides(res.resource_name)
-        new = apply_ops(current, ops, _broker_list_key, lambda key: KEYS[key].default)
+        new = apply_ops(current, ops, _broker_list_key, _broker_default)
         if not broker_alter_allowed(ctx, request):
             dynamic.alter(res.resource_name, new, True)  # the preprocessing's errors come first
             check_alter_allowed(ctx, request, res)
@@ -92,10 +106,18 @@ def apply_ops(current: dict[str, str], ops: list[tuple[str, int, str | None]],
 
 def _topic_default(key: str) -> str:
     """A topic key's own default (Kafka's LogConfig default, not the broker's setting)."""
+    if key in STORED_TOPIC_CONFIGS:
+        return STORED_TOPIC_CONFIGS[key][1]
     return KEYS[TOPIC_CONFIG_DEFAULTS[key]].default
 
 
+def _broker_default(key: str) -> str:
+    if key in STORED_BROKER_KEYS:
+        return STORED_BROKER_KEYS[key][1] or ""
+    return KEYS[key].default
+
+
 def _broker_list_key(key: str) -> bool:
-    if key not in KEYS:
+    if key not in KEYS and key not in STORED_BROKER_KEYS:
         raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown config name: {key}")
     return is_list_key(key)

@@ -49,6 +49,7 @@ from broker.group.consumer_group import (
 )
 from broker.group.metadata import GroupState, JoinResult
 from broker.group.offsets_store import consumer_group_key, consumer_group_value, group_key
+from broker.metadata.dynamic_config import group_setting
 from protocol.errors import ErrorCode
 from purgatory import DelayedOperation, Purgatory
 
@@ -267,15 +268,26 @@ class ConsumerGroupCoordinator:
             client_id=req.client_id, client_host=req.client_host)
         reconciled = self._update_and_reconcile(group, member, updated, req.owned,
                                                 req.topic_allowed)
-        self._schedule_session(group.group_id, member_id, self.config.session_timeout_ms)
+        # The group's own configs (GROUP resource) win over the broker's, read at each beat.
+        session_ms, interval_ms = self._group_timeouts(group.group_id)
+        self._schedule_session(group.group_id, member_id, session_ms)
         full = req.member_epoch == 0 or (
             req.rebalance_timeout_ms != -1 and req.owned is not None
             and (req.subscribed_topic_names is not None
                  or req.subscribed_topic_regex is not None))
         changed = reconciled.assigned != member.assigned
         return HeartbeatResult(ErrorCode.NONE, None, member_id, reconciled.member_epoch,
-                               self.config.heartbeat_interval_ms,
+                               interval_ms,
                                reconciled.assigned if full or changed else None)
+
+    def _group_timeouts(self, group_id: str) -> tuple[int, int]:
+        """consumer.session.timeout.ms and consumer.heartbeat.interval.ms of the group's
+        configs (IncrementalAlterConfigs on the GROUP resource), else the broker's."""
+        metadata = self.owner.store.topics.metadata
+        return (group_setting(metadata, group_id, "consumer.session.timeout.ms",
+                              self.config.session_timeout_ms),
+                group_setting(metadata, group_id, "consumer.heartbeat.interval.ms",
+                              self.config.heartbeat_interval_ms))
 
     def _update_and_reconcile(self, group: ConsumerGroup, member: ConsumerGroupMember,
                               updated: ConsumerGroupMember, owned: Owned | None,

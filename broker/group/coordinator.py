@@ -102,8 +102,7 @@ class GroupCoordinator:
                                                  lambda: store.topics.metadata.topics)
 
     def start(self) -> None:
-        """Create the offsets topic if needed and rebuild every group from it."""
-        self.store.ensure_topic()
+        """Rebuild every group from the offsets topic, if any (it is created on first use)."""
         loaded = self.store.load()
         self.groups = {g: v for g, v in loaded.items() if isinstance(v, GroupMetadata)}
         self.consumer.restore({g: v for g, v in loaded.items() if isinstance(v, ConsumerGroup)})

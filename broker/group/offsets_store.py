@@ -243,6 +243,8 @@ class OffsetsStore:
         return (java_string_hash(group_id) & 0x7FFFFFFF) % self.num_partitions
 
     def ensure_topic(self) -> None:
+        """Create the topic when a group first needs it (FindCoordinator, or a write), as Kafka
+        creates it, so a fresh broker lists no internal topic."""
         info = self.topics.metadata.topics.get(TOPIC)
         if info is None:
             segment_bytes = str(self.topics.config["offsets.topic.segment.bytes"])
@@ -253,6 +255,10 @@ class OffsetsStore:
 
     def load(self) -> dict[str, GroupMetadata | ConsumerGroup]:
         groups: dict[str, GroupMetadata | ConsumerGroup] = {}
+        info = self.topics.metadata.topics.get(TOPIC)
+        if info is None:  # no group was ever stored
+            return groups
+        self.num_partitions = info.partitions
         records = 0
         for index in range(self.num_partitions):
             loader = PartitionLoader(self.clock)
@@ -294,6 +300,7 @@ class OffsetsStore:
         """The records as one batch to the group's partition; with a producer id, a
         transactional one (Kafka's transactional offset commit). Resolves with the error and the
         batch's base offset once committed."""
+        self.ensure_topic()
         return append_as_coordinator(
             self.replica_manager, (TOPIC, self.partition_for(group_id)), records,
             self.clock.wall_ms(), COMMIT_TIMEOUT_MS, producer_id=producer_id,

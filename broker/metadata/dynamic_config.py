@@ -6,7 +6,9 @@ in the MetadataStore, are loaded at start before any log opens, and are applied 
 replacing the values of the one BrokerConfig every owner holds. A key is updatable only when
 Kafka updates it dynamically AND something here applies it: the owners that can apply a
 change register for its keys (``add_reconfigurable``); a key Kafka calls dynamic that nothing
-here applies is refused, rather than stored and silently ignored.
+here applies is refused, rather than stored and silently ignored. Kafka's dynamic keys this
+broker has no use for at all (Kerberos, replica fetchers, tiered storage ...) are the exception:
+as in Kafka they are accepted (type-checked), stored and described, and change nothing here.
 """
 
 from __future__ import annotations
@@ -45,6 +47,96 @@ PER_BROKER_KEYS = frozenset({"listeners", "advertised.listeners"})
 KAFKA_DYNAMIC_KEYS = (TOPIC_DEFAULT_KEYS | CLEANER_KEYS | THREAD_POOL_KEYS | CONNECTION_KEYS
                       | PER_BROKER_KEYS)
 
+# Kafka's other dynamic broker keys (AllDynamicConfigs) that this broker has no use for: an
+# AlterConfigs of one is checked for its type, stored and described as Kafka would, and answered
+# NO_ERROR as Kafka answers it, with no effect here (docs/operations.md). Name -> (ConfigDef
+# type, Kafka 4.0's default, per broker only). Keys config.py knows are left out, so a key
+# added there is served by the broker's own config instead.
+_STORED_BROKER_KEYS: dict[str, tuple[str, str | None, bool]] = {
+    "principal.builder.class": (
+        "class", "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder",
+        True),
+    "ssl.provider": ("string", None, True),
+    "ssl.keymanager.algorithm": ("string", "SunX509", True),
+    "ssl.trustmanager.algorithm": ("string", "PKIX", True),
+    "ssl.secure.random.implementation": ("string", None, True),
+    "ssl.engine.factory.class": ("class", None, True),
+    "sasl.kerberos.service.name": ("string", None, True),
+    "sasl.kerberos.kinit.cmd": ("string", "/usr/bin/kinit", True),
+    "sasl.kerberos.ticket.renew.window.factor": ("double", "0.8", True),
+    "sasl.kerberos.ticket.renew.jitter": ("double", "0.05", True),
+    "sasl.kerberos.min.time.before.relogin": ("long", "60000", True),
+    "sasl.kerberos.principal.to.local.rules": ("list", "DEFAULT", True),
+    "sasl.login.refresh.window.factor": ("double", "0.8", True),
+    "sasl.login.refresh.window.jitter": ("double", "0.05", True),
+    "sasl.login.refresh.min.period.seconds": ("short", "60", True),
+    "sasl.login.refresh.buffer.seconds": ("short", "300", True),
+    "max.connection.creation.rate": ("int", "2147483647", False),
+    "num.network.threads": ("int", "3", False),
+    "max.connections.per.ip.overrides": ("string", "", False),
+    "num.replica.fetchers": ("int", "1", False),
+    "num.recovery.threads.per.data.dir": ("int", "2", False),
+    "background.threads": ("int", "10", False),
+    "metric.reporters": ("list", "org.apache.kafka.common.metrics.JmxReporter", False),
+    "producer.id.expiration.ms": ("int", "86400000", False),
+    "transaction.partition.verification.enable": ("boolean", "true", False),
+    "remote.log.index.file.cache.total.size.bytes": ("long", "1073741824", False),
+    "remote.fetch.max.wait.ms": ("int", "500", False),
+    "remote.log.manager.copy.max.bytes.per.second": ("long", "9223372036854775807", False),
+    "remote.log.manager.fetch.max.bytes.per.second": ("long", "9223372036854775807", False),
+    "remote.list.offsets.request.timeout.ms": ("long", "30000", False),
+    "log.roll.jitter.ms": ("long", None, False),
+    "log.index.size.max.bytes": ("int", "10485760", False),
+    "log.segment.delete.delay.ms": ("long", "60000", False),
+    "unclean.leader.election.enable": ("boolean", "false", False),
+    "min.insync.replicas": ("int", "1", False),
+    "log.preallocate": ("boolean", "false", False),
+    "log.message.downconversion.enable": ("boolean", "true", False),
+    "log.local.retention.ms": ("long", "-2", False),
+    "log.local.retention.bytes": ("long", "-2", False),
+}
+STORED_BROKER_KEYS = {k: v for k, v in _STORED_BROKER_KEYS.items() if k not in KEYS}
+_NUMBER_RANGES = {"short": (-(1 << 15), (1 << 15) - 1), "int": (-(1 << 31), (1 << 31) - 1),
+                  "long": (-(1 << 63), (1 << 63) - 1)}
+
+
+def stored_value_problem(key: str, value: str) -> str | None:
+    """Kafka's type check of a value of a STORED_BROKER_KEYS key (ConfigDef.parseType)."""
+    kind = STORED_BROKER_KEYS[key][0]
+    text = value.strip()
+    if kind == "boolean":
+        ok = text.lower() in ("true", "false")
+    elif kind in _NUMBER_RANGES:
+        low, high = _NUMBER_RANGES[kind]
+        ok = text.lstrip("-").isdigit() and low <= int(text) <= high
+    elif kind == "double":
+        try:
+            float(text)
+            ok = True
+        except ValueError:
+            ok = False
+    else:
+        ok = True
+    return None if ok else f"Invalid value {value} for configuration {key}: not a {kind}"
+
+
+def stored_value_text(key: str, value: str | None) -> str | None:
+    """A STORED_BROKER_KEYS value as Kafka writes its parsed value back."""
+    if value is None:
+        return None
+    kind = STORED_BROKER_KEYS[key][0]
+    text = value.strip()
+    if kind == "boolean":
+        return text.lower()
+    if kind in _NUMBER_RANGES:
+        return str(int(text))
+    if kind == "double":
+        return value_text(float(text))
+    if kind == "list":
+        return ",".join(e.strip() for e in text.split(",") if e.strip())
+    return text
+
+
 Apply = Callable[[BrokerConfig], None]
 Validate = Callable[[BrokerConfig, BrokerConfig], None]
 
@@ -80,6 +172,8 @@ def thread_count_check(key: str) -> Validate:
 
 def is_list_key(key: str) -> bool:
     """Whether a broker key is of Kafka's LIST type (APPEND/SUBTRACT apply to it)."""
+    if key in STORED_BROKER_KEYS:
+        return STORED_BROKER_KEYS[key][0] == "list"
     spec = KEYS.get(key)
     return spec is not None and isinstance(spec.parse(spec.default), list)
 
@@ -99,12 +193,25 @@ class DynamicBrokerConfig:
         left out and logged, as Kafka ignores such persisted entries rather than not start."""
         for name in ("", self.node):
             self._layers[name] = self._usable(name, self.metadata.broker_configs.get(name, {}))
-        self.config.update_from(self.config.layered(self._layers[""], self._layers[self.node]))
+        self.config.update_from(self._layered(self._layers))
+
+    def _layered(self, layers: dict[str, dict[str, str]]) -> BrokerConfig:
+        """The config with both layers over it; stored keys of Kafka's are not config.py's."""
+        def known(layer: dict[str, str]) -> dict[str, str]:
+            return {k: v for k, v in layer.items() if k not in STORED_BROKER_KEYS}
+
+        return self.config.layered(known(layers[""]), known(layers[self.node]))
 
     def _usable(self, name: str, stored: dict[str, str]) -> dict[str, str]:
         kept: dict[str, str] = {}
         for key, value in stored.items():
             try:
+                if key in STORED_BROKER_KEYS:
+                    if (not name and STORED_BROKER_KEYS[key][2]) or stored_value_problem(
+                            key, value):
+                        raise ConfigError(f"{key}={value!r} cannot be stored here")
+                    kept[key] = value
+                    continue
                 if key not in KAFKA_DYNAMIC_KEYS or (not name and key in PER_BROKER_KEYS):
                     raise ConfigError(f"{key} cannot be updated dynamically")
                 parse_value(key, value)
@@ -156,6 +263,11 @@ class DynamicBrokerConfig:
             found.append((key, self._layers[self.node][key], DYNAMIC_BROKER_CONFIG))
         if key in self._layers[""]:
             found.append((key, self._layers[""][key], DYNAMIC_DEFAULT_BROKER_CONFIG))
+        if key in STORED_BROKER_KEYS:
+            default = stored_value_text(key, STORED_BROKER_KEYS[key][1])
+            if per_broker and default is not None:
+                found.append((key, default, DEFAULT_CONFIG))
+            return found
         if per_broker and key in self.config.static:
             found.append((key, self.config.static[key], STATIC_BROKER_CONFIG))
         if per_broker:
@@ -171,7 +283,7 @@ class DynamicBrokerConfig:
         self._check_keys(name, overrides)
         layers = {**self._layers, name: dict(overrides)}
         try:
-            new = self.config.layered(layers[""], layers[self.node])
+            new = self._layered(layers)
         except ConfigError as exc:
             raise KafkaError(ErrorCode.INVALID_REQUEST, str(exc)) from None
         changed = {k for k in KEYS if new[k] != self.config[k]}
@@ -206,7 +318,16 @@ class DynamicBrokerConfig:
 
     def _check_keys(self, name: str, overrides: dict[str, str]) -> None:
         updatable = self.updatable
-        for key in overrides:
+        for key, value in overrides.items():
+            if key in STORED_BROKER_KEYS:
+                if not name and STORED_BROKER_KEYS[key][2]:
+                    problem = ("Cannot update these configs at default cluster level, broker "
+                               f"id must be specified: {key}")
+                else:
+                    problem = stored_value_problem(key, value)
+                if problem is None:
+                    continue
+                raise KafkaError(ErrorCode.INVALID_REQUEST, problem)
             if key not in KEYS:
                 problem = f"Unknown broker config: {key}"
             elif key not in KAFKA_DYNAMIC_KEYS:
@@ -219,3 +340,115 @@ class DynamicBrokerConfig:
             else:
                 continue
             raise KafkaError(ErrorCode.INVALID_REQUEST, problem)
+
+
+# -- group configs (resource type GROUP) ----------------------------------------------------------
+GROUP_CONFIG = 8  # DescribeConfigs' ConfigSource of a group's own value
+# Kafka 4.0's GroupConfig keys -> (the broker key whose value is the default, or Kafka's fixed
+# default; least value). The share.* keys are stored and shown only: no share groups here.
+GROUP_CONFIG_KEYS: dict[str, tuple[str, int | None]] = {
+    "consumer.session.timeout.ms": ("group.consumer.session.timeout.ms", 1),
+    "consumer.heartbeat.interval.ms": ("group.consumer.heartbeat.interval.ms", 1),
+    "share.session.timeout.ms": ("45000", 1),
+    "share.heartbeat.interval.ms": ("5000", 1),
+    "share.record.lock.duration.ms": ("30000", 1000),
+    "share.auto.offset.reset": ("latest", None),
+}
+# Bounds Kafka checks a group's value against (GroupConfig.validateValues): key -> (min, max),
+# each a broker key or Kafka's fixed share-group bound.
+_GROUP_BOUNDS = {
+    "consumer.session.timeout.ms": ("group.consumer.min.session.timeout.ms",
+                                    "group.consumer.max.session.timeout.ms"),
+    "consumer.heartbeat.interval.ms": ("group.consumer.min.heartbeat.interval.ms",
+                                       "group.consumer.max.heartbeat.interval.ms"),
+    "share.session.timeout.ms": ("45000", "60000"),
+    "share.heartbeat.interval.ms": ("5000", "15000"),
+    "share.record.lock.duration.ms": ("15000", "60000"),
+}
+
+
+class GroupConfigs:
+    """Kafka's group configs (KIP-848's GroupConfig): per-group overrides of the broker's group
+    keys, kept in the metadata file beside the topics' and read by the consumer group
+    coordinator at each heartbeat (consumer.session.timeout.ms, .heartbeat.interval.ms)."""
+
+    def __init__(self, config: BrokerConfig, metadata: MetadataStore) -> None:
+        self.config = config
+        self.metadata = metadata
+
+    def _default(self, key: str) -> str:
+        source = GROUP_CONFIG_KEYS[key][0]
+        return value_text(self.config[source]) if source in KEYS else source
+
+    def _bound(self, text: str) -> int:
+        return int(self.config[text]) if text in KEYS else int(text)
+
+    def effective(self, group_id: str) -> list[tuple[str, str, int]]:
+        """(key, value, source) of every group key: the group's own value (GROUP_CONFIG), else
+        the default (DEFAULT_CONFIG), as Kafka's ConfigHelper describes a group."""
+        own = self.metadata.group_configs.get(group_id, {})
+        return [(key, own[key], GROUP_CONFIG) if key in own
+                else (key, self._default(key), DEFAULT_CONFIG) for key in GROUP_CONFIG_KEYS]
+
+    def overrides(self, group_id: str) -> dict[str, str]:
+        return dict(self.metadata.group_configs.get(group_id, {}))
+
+    def alter(self, group_id: str, overrides: dict[str, str], validate_only: bool = False
+              ) -> None:
+        """Replace a group's overrides: checked as Kafka's GroupConfig.validate checks them
+        (INVALID_CONFIG), persisted, then read by the coordinator at the next heartbeat."""
+        if not group_id:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
+        self._validate(overrides)
+        if validate_only:
+            return
+        normalized = {k: v.strip() for k, v in overrides.items()}
+        before = self.metadata.group_configs.get(group_id)
+        self.metadata.group_configs[group_id] = normalized
+        try:
+            self.metadata.save()
+        except BaseException:
+            if before is None:
+                self.metadata.group_configs.pop(group_id, None)
+            else:
+                self.metadata.group_configs[group_id] = before
+            raise
+        log.info("group configs altered", group=group_id, configs=normalized)
+
+    def _validate(self, overrides: dict[str, str]) -> None:
+        values: dict[str, int] = {}
+        for key, value in overrides.items():
+            if key not in GROUP_CONFIG_KEYS:
+                raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown group config name: {key}")
+            text = value.strip()
+            if key == "share.auto.offset.reset":
+                if text.lower() not in ("latest", "earliest"):
+                    raise KafkaError(ErrorCode.INVALID_CONFIG,
+                                     f"Invalid value {value} for configuration {key}: String "
+                                     "must be one of: latest, earliest")
+                continue
+            least = GROUP_CONFIG_KEYS[key][1]
+            if not text.lstrip("-").isdigit() or not (least or 0) <= int(text) < 1 << 31:
+                raise KafkaError(ErrorCode.INVALID_CONFIG,
+                                 f"Invalid value {value} for configuration {key}: Value must "
+                                 f"be at least {least}")
+            values[key] = int(text)
+        combined = {k: int(self._default(k)) for k in _GROUP_BOUNDS} | values
+        for key, (low, high) in _GROUP_BOUNDS.items():
+            if combined[key] < self._bound(low):
+                raise KafkaError(ErrorCode.INVALID_CONFIG,
+                                 f"{key} must be greater than or equal to {low}")
+            if combined[key] > self._bound(high):
+                raise KafkaError(ErrorCode.INVALID_CONFIG,
+                                 f"{key} must be less than or equal to {high}")
+        for kind in ("consumer", "share"):
+            if combined[f"{kind}.session.timeout.ms"] <= combined[f"{kind}.heartbeat.interval.ms"]:
+                raise KafkaError(ErrorCode.INVALID_CONFIG,
+                                 f"{kind}.session.timeout.ms must be greater than "
+                                 f"{kind}.heartbeat.interval.ms")
+
+
+def group_setting(metadata: MetadataStore, group_id: str, key: str, default: int) -> int:
+    """A group's own value of a numeric group key, else ``default`` (the broker's)."""
+    value = metadata.group_configs.get(group_id, {}).get(key)
+    return int(value) if value is not None else default

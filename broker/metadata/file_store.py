@@ -47,11 +47,38 @@ TOPIC_CONFIG_DEFAULTS: dict[str, str] = {
     "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
     "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
 }
+# The rest of Kafka 4.0's topic keys (LogConfig): accepted, checked as Kafka checks them, stored
+# and described with Kafka's defaults, but with no effect here (one broker, no replicas to
+# elect or throttle, no tiered storage; docs/operations.md says which and why). Key -> (its
+# broker synonym in Kafka, or None; Kafka's default; ConfigDef type; least value of a number).
+STORED_TOPIC_CONFIGS: dict[str, tuple[str | None, str, str, int | None]] = {
+    "segment.jitter.ms": ("log.roll.jitter.ms", "0", "long", 0),
+    "segment.index.bytes": ("log.index.size.max.bytes", "10485760", "int", 4),
+    "file.delete.delay.ms": ("log.segment.delete.delay.ms", "60000", "long", 0),
+    "preallocate": ("log.preallocate", "false", "boolean", None),
+    "min.insync.replicas": ("min.insync.replicas", "1", "int", 1),
+    "unclean.leader.election.enable": ("unclean.leader.election.enable", "false", "boolean",
+                                       None),
+    "message.downconversion.enable": ("log.message.downconversion.enable", "true", "boolean",
+                                      None),
+    "leader.replication.throttled.replicas": (None, "", "list", None),
+    "follower.replication.throttled.replicas": (None, "", "list", None),
+    "remote.storage.enable": (None, "false", "boolean", None),
+    "local.retention.ms": ("log.local.retention.ms", "-2", "long", -2),
+    "local.retention.bytes": ("log.local.retention.bytes", "-2", "long", -2),
+    "remote.log.copy.disable": (None, "false", "boolean", None),
+    "remote.log.delete.on.disable": (None, "false", "boolean", None),
+}
+# Every topic key Kafka 4.0 accepts (CreateTopics, AlterConfigs, IncrementalAlterConfigs).
+TOPIC_CONFIG_KEYS = frozenset(TOPIC_CONFIG_DEFAULTS) | frozenset(STORED_TOPIC_CONFIGS)
 # Topic keys of Kafka's LIST type: the only ones IncrementalAlterConfigs may APPEND/SUBTRACT.
-TOPIC_LIST_KEYS = frozenset({"cleanup.policy"})
+TOPIC_LIST_KEYS = frozenset({"cleanup.policy"} | {
+    k for k, (_syn, _default, kind, _least) in STORED_TOPIC_CONFIGS.items() if kind == "list"})
 _STRING_TOPIC_KEYS = {"cleanup.policy", "message.timestamp.type", "compression.type"}
 _DOUBLE_TOPIC_KEYS = {"min.cleanable.dirty.ratio"}  # Kafka's DOUBLE, between(0, 1)
 _INT_TOPIC_KEYS = set(TOPIC_CONFIG_DEFAULTS) - _STRING_TOPIC_KEYS - _DOUBLE_TOPIC_KEYS
+_INT_MAX = (1 << 31) - 1
+_THROTTLED_REPLICA = re.compile(r"^\s*\d+\s*:\s*\d+\s*$")  # partition:broker
 # Kafka's LONG type with atLeast(0) (atLeast(1) for max.compaction.lag.ms).
 _NON_NEGATIVE_LONG_KEYS = {"message.timestamp.before.max.ms", "message.timestamp.after.max.ms",
                            "delete.retention.ms", "min.compaction.lag.ms"}
@@ -70,9 +97,11 @@ def validate_topic_configs(configs: dict[str, str],
     combines the broker's log config with the topic's before checking min <= max lag.
     """
     for key, value in configs.items():
-        if key not in TOPIC_CONFIG_DEFAULTS:
-            raise KafkaError(ErrorCode.INVALID_CONFIG, f"unknown topic config {key}")
-        if key in _INT_TOPIC_KEYS:
+        if key not in TOPIC_CONFIG_KEYS:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {key}")
+        if key in STORED_TOPIC_CONFIGS:
+            problem = _stored_problem(key, value)
+        elif key in _INT_TOPIC_KEYS:
             problem = _int_problem(key, value)
         elif key in _DOUBLE_TOPIC_KEYS:
             problem = _ratio_problem(key, value)
@@ -101,6 +130,45 @@ def _int_problem(key: str, value: str) -> str | None:
     if key == "max.compaction.lag.ms" and not 1 <= number <= LONG_MAX:
         return f"{key}={value!r} must be between 1 and {LONG_MAX}"
     return None
+
+
+def _stored_problem(key: str, value: str) -> str | None:
+    """Kafka's ConfigDef check of a key of STORED_TOPIC_CONFIGS (its type, its least value),
+    and the tiered storage check: remote storage cannot be enabled on a broker without it."""
+    _synonym, _default, kind, least = STORED_TOPIC_CONFIGS[key]
+    text = str(value).strip()
+    if kind == "boolean":
+        if text.lower() not in ("true", "false"):
+            return f"{key}={value!r}: expected true or false"
+        if key == "remote.storage.enable" and text.lower() == "true":
+            return ("Tiered Storage functionality is disabled in the broker. Topic cannot be "
+                    "configured with remote log storage.")
+        return None
+    if kind == "list":
+        entries = [e for e in text.split(",") if e.strip()]
+        if entries == ["*"] or all(_THROTTLED_REPLICA.match(e) for e in entries):
+            return None
+        return (f"{key}={value!r}: must be the literal '*' or a list of replicas in the "
+                "format [PartitionId]:[BrokerId]")
+    try:
+        number = int(text)
+    except ValueError:
+        return f"{key}={value!r} is not a number"
+    upper = _INT_MAX if kind == "int" else LONG_MAX
+    if least is not None and not least <= number <= upper:
+        return f"{key}={value!r} must be between {least} and {upper}"
+    return None
+
+
+def stored_topic_value_text(key: str, value: str) -> str:
+    """A value of STORED_TOPIC_CONFIGS as Kafka writes its parsed value back."""
+    kind = STORED_TOPIC_CONFIGS[key][2]
+    text = str(value).strip()
+    if kind == "boolean":
+        return text.lower()
+    if kind == "list":
+        return ",".join(e.strip() for e in text.split(",") if e.strip())
+    return str(int(text))
 
 
 def _ratio_problem(key: str, value: str) -> str | None:
@@ -152,6 +220,7 @@ class MetadataStore:
         self.topics: dict[str, TopicInfo] = {}
         self.by_id: dict[uuid.UUID, TopicInfo] = {}
         self.broker_configs: dict[str, dict[str, str]] = {}
+        self.group_configs: dict[str, dict[str, str]] = {}  # group id -> its config overrides
         self.acls: list[dict[str, object]] = []
         self.scram_credentials: dict[str, dict[str, dict[str, object]]] = {}
         self.cluster_id = ""
@@ -165,6 +234,7 @@ class MetadataStore:
                                       t["configs"]))
             self.broker_configs = {name: dict(configs) for name, configs
                                    in doc.get("broker_configs", {}).items()}
+            self.group_configs = {g: dict(c) for g, c in doc.get("group_configs", {}).items()}
             self.acls = list(doc.get("acls", []))
             self.scram_credentials = dict(doc.get("scram_credentials", {}))
         else:
@@ -181,6 +251,7 @@ class MetadataStore:
             ],
             "broker_configs": {name: configs for name, configs in self.broker_configs.items()
                                if configs},
+            "group_configs": {g: c for g, c in self.group_configs.items() if c},
             "acls": self.acls,
             "scram_credentials": {user: creds for user, creds in self.scram_credentials.items()
                                   if creds},

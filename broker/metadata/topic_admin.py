@@ -15,7 +15,9 @@ from broker.log.log import LogConfig
 from broker.log.manager import LogManager
 from broker.metadata.dynamic_config import TOPIC_DEFAULT_KEYS, DynamicBrokerConfig
 from broker.metadata.file_store import (
+    STORED_TOPIC_CONFIGS,
     TOPIC_CONFIG_DEFAULTS,
+    TOPIC_CONFIG_KEYS,
     MetadataStore,
     TopicInfo,
     validate_topic_configs,
@@ -29,9 +31,12 @@ log = structlog.get_logger("broker")
 
 
 def topic_defaults(config: BrokerConfig) -> dict[str, str]:
-    """Each topic config's value when a topic does not override it: the broker's key's."""
-    return {key: value_text(config[broker_key])
-            for key, broker_key in TOPIC_CONFIG_DEFAULTS.items()}
+    """Each topic config's value when a topic does not override it: the broker's key's, or
+    Kafka's default for the keys stored without effect."""
+    return {**{key: value_text(config[broker_key])
+               for key, broker_key in TOPIC_CONFIG_DEFAULTS.items()},
+            **{key: default for key, (_syn, default, _kind, _least)
+               in STORED_TOPIC_CONFIGS.items()}}
 
 
 def log_config(config: BrokerConfig, overrides: dict[str, str]) -> LogConfig:
@@ -62,7 +67,7 @@ class TopicAdmin:
         """Effective topic configs: the topic's overrides over the broker's defaults."""
         overrides = topic.configs if topic else {}
         return {**self._defaults(), **{k: v for k, v in overrides.items()
-                                       if k in TOPIC_CONFIG_DEFAULTS}}
+                                       if k in TOPIC_CONFIG_KEYS}}
 
     def _defaults(self) -> dict[str, str]:
         return topic_defaults(self.config)

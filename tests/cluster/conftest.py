@@ -18,7 +18,7 @@ import pytest
 from broker.cluster.etcd_process import EtcdNotFound, EtcdProcess
 from broker.cluster.memory import InMemoryStore
 from broker.cluster.store import MetadataStore, Watch, WatchEvent
-from broker.testing.clock import ManualClock
+from purgatory.clock import ManualClock
 
 # Manual time moves in steps this long, with loop turns between them so that tasks woken by
 # the clock (lease keepers, expiry) run at about the time they were due.
@@ -107,7 +107,7 @@ class MemoryBackend(Backend):
     name = "memory"
 
     def __init__(self) -> None:
-        self.clock = ManualClock()
+        self.clock = ManualClock(run_due_soon=True)
         self.memory = InMemoryStore(self.clock)
         self.store = self.memory
 

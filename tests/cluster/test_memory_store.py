@@ -6,12 +6,12 @@ import pytest
 
 from broker.cluster.memory import InMemoryStore
 from broker.cluster.store import StoreError, StoreUnavailable
-from broker.testing.clock import ManualClock
+from purgatory.clock import ManualClock
 
 
 @pytest.fixture
 async def store_and_clock() -> tuple[InMemoryStore, ManualClock]:
-    clock = ManualClock()
+    clock = ManualClock(run_due_soon=True)
     return InMemoryStore(clock, min_lease_ttl=2), clock
 
 
@@ -82,7 +82,7 @@ async def test_a_txn_writing_a_key_twice_is_refused(
 async def test_history_beyond_its_limit_is_compacted_and_old_watches_relist() -> None:
     from broker.cluster.store import Put, WatchCompacted
 
-    store = InMemoryStore(ManualClock(), max_history=4)
+    store = InMemoryStore(ManualClock(run_due_soon=True), max_history=4)
     first = await store.put("/a", b"1")
     await store.put("/a", b"2")
     both = await store.txn([], [Put("/a", b"3"), Put("/b", b"3")])

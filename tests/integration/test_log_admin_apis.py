@@ -13,6 +13,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicP
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient
 from kafka.protocol.admin import DeleteRecordsRequest, DeleteRecordsResponse
+from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 from kafka.structs import TopicPartition as KpTopicPartition
 
 from protocol.errors import ErrorCode
@@ -93,6 +94,10 @@ def test_internal_topics_and_versions_on_the_wire(broker) -> None:
     create_topic(broker.bootstrap, topic)
     confluent_produce(broker.bootstrap, topic, numbered(6))
     wire = Wire(broker.port)
+    # A group's FindCoordinator creates __consumer_offsets, if no test made a group before.
+    found = wire.request(FindCoordinatorRequest[3](key="wire-group", key_type=0),
+                         FindCoordinatorResponse)
+    assert found.error_code == 0
     part_cls = DeleteRecordsRequest.DeleteRecordsTopic.DeleteRecordsPartition
     for version, offset in ((0, 1), (1, 2), (2, 3)):
         resp = wire.request(DeleteRecordsRequest[version](

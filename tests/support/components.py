@@ -98,12 +98,16 @@ def broker_config(log_dir: Path, overrides: dict[str, str] | None = None) -> Bro
 
 
 def build(log_dir: Path, overrides: dict[str, str] | None = None,
-          clock: ManualClock | None = None) -> Components:
-    """Every owner of the broker, from the composition root Broker.start uses."""
+          clock: ManualClock | None = None, offsets_topic: bool = True) -> Components:
+    """Every owner of the broker, from the composition root Broker.start uses; with
+    ``offsets_topic``, __consumer_offsets exists, as once a group's first FindCoordinator has
+    created it."""
     cfg = broker_config(log_dir, overrides)
     clock = clock if clock is not None else ManualClock()
     owners = Owners(cfg, clock)  # produce and fetch waits on the manual clock too
     owners.load()
+    if offsets_topic:
+        owners.offsets_store.ensure_topic()
     return Components(cfg, clock, owners.timer, owners.metadata, owners.log_manager,
                       owners.producer_ids, owners.replica_manager, owners.topics,
                       owners.offsets_store, owners.groups, owners.fetch_sessions, owners.context,

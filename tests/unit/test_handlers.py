@@ -24,13 +24,14 @@ from kafka.protocol.consumer import (
     OffsetFetchRequest,
     SyncGroupRequest,
 )
-from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
+from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
 
 from broker.apis import (
     api_versions,
     create_topics,
     delete_topics,
     fetch,
+    find_coordinator,
     heartbeat,
     join_group,
     list_offsets,
@@ -171,6 +172,26 @@ async def test_api_versions_advertise_consumer_group_apis_only_when_served(
     assert keys[11] == (0, 9)  # JoinGroup either way
 
 
+@pytest.mark.parametrize("overrides, advertised", [
+    ({}, {}),
+    ({"minibroker.client.telemetry.metrics": "org.apache.kafka.producer."}, {71: (0, 0),
+                                                                            72: (0, 0)})])
+async def test_api_versions_advertise_client_telemetry_only_when_metrics_are_asked_for(
+        tmp_path: Path, overrides: dict[str, str],
+        advertised: dict[int, tuple[int, int]]) -> None:
+    """By default GetTelemetrySubscriptions (71) and PushTelemetry (72) are not listed, as Kafka
+    leaves them out without a telemetry receiver, so clients never ask."""
+    c = build(tmp_path / "logs", overrides)
+    try:
+        resp = await call(c, api_versions.handle, ApiVersionsRequest[4](
+            client_software_name="t", client_software_version="1"))
+    finally:
+        await c.close()
+    keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+    assert resp.error_code == 0 and keys[0] == (0, 11)
+    assert {k: v for k, v in keys.items() if k in (71, 72)} == advertised
+
+
 # -- metadata and topic administration ---------------------------------------------------------
 
 async def test_metadata_lists_topics_and_auto_creates_when_allowed(parts: Components) -> None:
@@ -194,6 +215,29 @@ async def test_metadata_lists_topics_and_auto_creates_when_allowed(parts: Compon
     [t] = resp.topics
     assert (t.name, t.error_code, len(t.partitions)) == ("created", 0, 1)  # num.partitions
     assert ("created", 0) in parts.replica_manager.partitions
+
+
+async def test_offsets_topic_created_by_the_first_find_coordinator_for_a_group(
+        tmp_path: Path) -> None:
+    """As Kafka: a fresh broker has no internal topic (`kcat -L` lists nothing); a group's
+    FindCoordinator creates __consumer_offsets, a transactional id's does not."""
+    c = build(tmp_path / "logs", {"offsets.topic.num.partitions": "3"}, offsets_topic=False)
+    try:
+        resp = await call(c, metadata.handle, metadata_request(None))
+        assert resp.topics == []
+        found = await call(c, find_coordinator.handle, FindCoordinatorRequest[3](
+            key="a-producer", key_type=1))
+        assert (found.error_code, found.node_id) == (0, 1)
+        assert "__consumer_offsets" not in c.metadata.topics
+        found = await call(c, find_coordinator.handle, FindCoordinatorRequest[3](
+            key="a-group", key_type=0))
+        assert (found.error_code, found.node_id) == (0, 1)
+        resp = await call(c, metadata.handle, metadata_request(None))
+        offsets = {t.name: t for t in resp.topics}["__consumer_offsets"]
+        assert offsets.is_internal and len(offsets.partitions) == 3
+        assert c.topics.topic_overrides("__consumer_offsets")["cleanup.policy"] == "compact"
+    finally:
+        await c.close()
 
 
 async def test_create_and_delete_topics(parts: Components) -> None:
