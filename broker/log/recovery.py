@@ -21,21 +21,50 @@ Segments below the recovery point were fsynced with their indexes and are truste
 
 from __future__ import annotations
 
+import threading
+from dataclasses import dataclass, field
+
 import structlog
 
 from broker.log.segment import LogSegment
 from protocol.record_batch import NO_TIMESTAMP, CorruptRecordError
 
-__all__ = ["recover_segment", "recover_segments"]
+__all__ = ["RecoveryStats", "STATS", "recover_segment", "recover_segments"]
 
 log = structlog.get_logger("broker.log.recovery")
+
+
+@dataclass
+class RecoveryStats:
+    """What recovery reread in this process (segments and bytes validated): recovery after a
+    crash must be proportional to what was not flushed, and tests assert it here."""
+
+    segments: int = 0
+    bytes: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, size: int) -> None:
+        with self._lock:
+            self.segments += 1
+            self.bytes += size
+
+    def reset(self) -> None:
+        with self._lock:
+            self.segments = 0
+            self.bytes = 0
+
+
+#: the process's recovery counters (logs recover on several threads at once).
+STATS = RecoveryStats()
 
 
 def recover_segment(segment: LogSegment) -> int:
     """Validate ``segment`` from its start, truncate the invalid tail, rebuild its indexes.
 
-    Returns the number of bytes truncated (0 when the whole file is valid).
+    Returns the number of bytes truncated (0 when the whole file is valid). The rebuilt
+    indexes are written to their files (not fsynced: the next flush does).
     """
+    STATS.add(segment.size)
     segment.offset_index.reset()
     segment.time_index.reset()
     valid_bytes = 0
@@ -88,6 +117,8 @@ def recover_segment(segment: LogSegment) -> int:
         max_timestamp, offset_of_max_timestamp, valid_bytes - last_index_entry
     )
     segment.on_become_inactive()  # the final (max timestamp, offset) entry, as Kafka
+    segment.offset_index.write_pending()
+    segment.time_index.write_pending()
     return truncated
 
 
