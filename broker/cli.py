@@ -86,9 +86,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mini-broker: {exc}", file=sys.stderr)
         return 2
     configure(config["log.level"], config["log.format"])
+    from broker.log.handles import OpenFileLimitError  # the broker imports it anyway
+
     try:
         uvloop.run(_serve(config))
     except ConfigError as exc:  # found only at start: a key store that cannot be loaded
+        print(f"mini-broker: {exc}", file=sys.stderr)
+        return 2
+    except OpenFileLimitError as exc:  # the recorded logs need more descriptors than allowed
         print(f"mini-broker: {exc}", file=sys.stderr)
         return 2
     return 0

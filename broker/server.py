@@ -80,7 +80,7 @@ class Broker:
         self.dispatch_filter: DispatchFilter | None = None
         self.log_dirs = [Path(d) for d in config["log.dirs"]]
         self.metadata = MetadataStore(self.log_dirs[0])
-        self.log_manager = LogManager(self.log_dirs, log_config(config, {}))
+        self.log_manager = LogManager.for_broker(self.log_dirs, log_config(config, {}), config)
         self.producer_ids = ProducerIdManager(self.log_dirs[0])
         self.context: ApiContext | None = None
         self.channel: RequestChannel | None = None

@@ -57,15 +57,17 @@ class _IndexFile:
     from the file on first use (Kafka's lazy index), kept in memory, and the ones not yet in
     the file are written there by ``flush`` (fsynced) or ``close``."""
 
-    __slots__ = ("path", "base_offset", "_persisted", "_loaded")
+    __slots__ = ("path", "base_offset", "_persisted", "_loaded", "_exists")
     entry_size: int
 
     def __init__(self, path: Path, base_offset: int, *, create: bool = False) -> None:
+        """``create``: the index of a new segment, empty, its file created now (as Kafka)."""
         self.path = path
         self.base_offset = base_offset
         #: entries known to be in the file (the rest are written by flush or close)
         self._persisted = 0
         self._loaded = False
+        self._exists = True
         if create:
             os.close(disk.open_file(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644))
 
@@ -116,14 +118,15 @@ class _IndexFile:
             )
         return data
 
-    def _write_pending(self, sync: bool) -> None:
-        """Write the entries not yet in the file (and fsync them when ``sync``)."""
+    def _write_pending(self, sync: bool, ensure_file: bool = False) -> None:
+        """Write the entries not yet in the file (and fsync them when ``sync``); with
+        ``ensure_file`` the file is created even when there is nothing to write."""
         with _FILE_LOCK:
             if not self._loaded:
                 return
             end = len(self)
             start = self._persisted
-            if start >= end:
+            if start >= end and (self._exists or not ensure_file):
                 return
             payload = self._pack(start, end)
             fd = disk.open_file(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -138,12 +141,13 @@ class _IndexFile:
                     disk.fsync(fd)
             finally:
                 os.close(fd)
+            self._exists = True
             self._persisted = end
 
     def _truncate_entries(self, entries: int) -> None:
         """Cut the file to ``entries`` (the in-memory entries are already cut)."""
         with _FILE_LOCK:
-            if self._persisted <= entries:
+            if self._persisted <= entries or not self._exists:
                 return
             fd = disk.open_file(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
             try:
@@ -173,12 +177,13 @@ class _IndexFile:
         self._write_pending(sync=True)
 
     def close(self) -> None:
-        """Write what is pending (no fsync: see Log.close); the index holds no descriptor."""
-        self._write_pending(sync=False)
+        """Write what is pending, creating the file if the index never had one (no fsync: see
+        Log.close); the index holds no descriptor."""
+        self._write_pending(sync=False, ensure_file=True)
 
     def write_pending(self) -> None:
         """Write what is pending without fsync (a rebuilt index, at once)."""
-        self._write_pending(sync=False)
+        self._write_pending(sync=False, ensure_file=True)
 
     def delete(self) -> None:
         self.path.unlink(missing_ok=True)

@@ -38,10 +38,10 @@ import fcntl
 import functools
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -53,6 +53,7 @@ from broker.log.handles import (
     is_fd_exhaustion,
     open_file_limit,
     open_file_limit_error,
+    raise_open_file_limit,
 )
 from broker.log.log import Log, LogConfig, parse_topic_partition_dir
 from broker.log.writer import LogDirWriter
@@ -152,6 +153,17 @@ class LogManager:
         self.recovery_threads_per_data_dir = max(recovery_threads_per_data_dir, 1)
         if max_open_files is not None:
             HANDLES.resize(max_open_files)
+
+    @classmethod
+    def for_broker(cls, log_dirs: list[Path], default_config: LogConfig,
+                   config: Mapping[str, Any]) -> LogManager:
+        """The broker's LogManager, from its configuration; raises the process's soft
+        open-file limit to the hard one first and logs both (each partition holds one
+        descriptor)."""
+        raise_open_file_limit()
+        return cls(log_dirs, default_config,
+                   max_open_files=config["minibroker.log.max.open.files"],
+                   recovery_threads_per_data_dir=config["num.recovery.threads.per.data.dir"])
 
     # -- log dir health ----------------------------------------------------------------------
     @property
