@@ -17,11 +17,13 @@ hard one at start, as a JVM does for Kafka.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import resource
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import structlog
@@ -37,6 +39,7 @@ __all__ = [
     "FileHandleCache",
     "HANDLES",
     "OpenFileLimitError",
+    "RESERVE",
     "is_fd_exhaustion",
     "open_file_limit",
     "open_file_limit_error",
@@ -173,5 +176,39 @@ class FileHandleCache:
             os.close(fd)
 
 
+class DescriptorReserve:
+    """A few descriptors held back (on /dev/null) so that, at the limit, the cleanup of a
+    failed creation and its log line still get the descriptors they need: ``released``
+    gives them back for the duration of a block and takes them again after."""
+
+    __slots__ = ("size", "_fds", "_lock")
+
+    def __init__(self, size: int = 4) -> None:
+        self.size = size
+        self._fds: list[int] = []
+        self._lock = threading.Lock()
+
+    def fill(self) -> None:
+        with self._lock:
+            while len(self._fds) < self.size:
+                try:
+                    self._fds.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+                except OSError:
+                    return  # at the limit now: filled again after the next release
+
+    @contextlib.contextmanager
+    def released(self) -> Iterator[None]:
+        with self._lock:
+            fds, self._fds = self._fds, []
+        for fd in fds:
+            os.close(fd)
+        try:
+            yield
+        finally:
+            self.fill()
+
+
 #: the process's cache (a LogManager sets its capacity from its configuration).
 HANDLES = FileHandleCache()
+#: descriptors kept for cleaning up after EMFILE (a LogManager fills it).
+RESERVE = DescriptorReserve()

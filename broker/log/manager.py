@@ -49,6 +49,7 @@ from broker.log import disk
 from broker.log.dir_failure import KafkaStorageError, LogDirFailureChannel
 from broker.log.handles import (
     HANDLES,
+    RESERVE,
     OpenFileLimitError,
     is_fd_exhaustion,
     open_file_limit,
@@ -153,6 +154,7 @@ class LogManager:
         self.recovery_threads_per_data_dir = max(recovery_threads_per_data_dir, 1)
         if max_open_files is not None:
             HANDLES.resize(max_open_files)
+        RESERVE.fill()
 
     @classmethod
     def for_broker(cls, log_dirs: list[Path], default_config: LogConfig,
@@ -336,16 +338,20 @@ class LogManager:
             try:
                 log = self._new_log(path, config or self.default_config, topic, partition)
             except OSError as e:
-                if not existed:
-                    shutil.rmtree(path, ignore_errors=True)  # nothing half-made stays
-                if is_fd_exhaustion(e):
+                if not is_fd_exhaustion(e):
+                    if not existed:
+                        shutil.rmtree(path, ignore_errors=True)  # nothing half-made stays
+                    self._dir_failed(log_dir, f"creating the log of {topic}-{partition}", e)
+                    continue
+                with RESERVE.released():  # the cleanup and the log line need descriptors
+                    if not existed:
+                        shutil.rmtree(path, ignore_errors=True)
                     raise open_file_limit_error(
                         f"creating the log of {topic}-{partition} in dir {log_dir}", e) from e
-                self._dir_failed(log_dir, f"creating the log of {topic}-{partition}", e)
-                continue
             except OpenFileLimitError:
-                if not existed:
-                    shutil.rmtree(path, ignore_errors=True)
+                with RESERVE.released():
+                    if not existed:
+                        shutil.rmtree(path, ignore_errors=True)
                 raise
             self._add(tp, log, log_dir)
             return log
