@@ -191,3 +191,35 @@ def test_recovery_rereads_only_what_was_not_flushed(tmp_path: Path, threads: int
             assert values(log) == expected
     finally:
         again.shutdown()
+
+
+def test_recovery_inside_one_segment_starts_at_the_recovery_point(tmp_path: Path) -> None:
+    """The segment holding the recovery point is reread from there, not from its start: the
+    state below comes from its flushed indexes, and every batch is still read back."""
+    dirs = [tmp_path / "logs"]
+    lm = LogManager(dirs, LogConfig(index_interval_bytes=200))
+    lm.load()
+    log = lm.create_log("t", 0)
+    for i in range(40):
+        log.append(record_batch([b"flushed-%d" % i]), T0)
+    log.flush()
+    flushed_size = log.size_in_bytes
+    for i in range(3):
+        log.append(record_batch([b"late-%d" % i]), T0)
+    unflushed = log.size_in_bytes - flushed_size
+    lm.checkpoint()
+    lm.abandon()
+    STATS.reset()
+    again = LogManager(dirs, LogConfig(index_interval_bytes=200))
+    again.load()
+    try:
+        assert (STATS.segments, STATS.bytes) == (1, unflushed)
+        log = again.get_log(("t", 0))
+        assert log is not None and log.num_segments == 1
+        assert values(log) == [b"flushed-%d" % i for i in range(40)] + [
+            b"late-%d" % i for i in range(3)]
+        assert values(log, 39) == [b"flushed-39", b"late-0", b"late-1", b"late-2"]
+        log.append(record_batch([b"next"]), T0)
+        assert values(log, 43) == [b"next"]
+    finally:
+        again.shutdown()
