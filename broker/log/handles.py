@@ -24,7 +24,7 @@ import resource
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
@@ -110,6 +110,11 @@ def raise_open_file_limit() -> tuple[int, int]:
     return soft, hard
 
 
+class _HasLogPath(Protocol):
+    @property
+    def log_path(self) -> Path: ...
+
+
 class FileHandleCache:
     """An LRU of open ``.log`` descriptors of inactive segments, keyed by segment.
 
@@ -129,14 +134,15 @@ class FileHandleCache:
     def __len__(self) -> int:
         return len(self._fds)
 
-    def fd_of(self, owner: object, path: Path) -> int:
-        """``owner``'s descriptor of ``path``, opened read-write if not cached."""
+    def fd_of(self, owner: _HasLogPath) -> int:
+        """``owner``'s descriptor of its ``log_path``, opened read-write if not cached."""
         with self._lock:
             fds = self._fds
             fd = fds.get(owner)
             if fd is not None:
                 fds.move_to_end(owner)
                 return fd
+            path = owner.log_path
             try:
                 fd = disk.open_file(path, os.O_RDWR | os.O_CLOEXEC)
             except OSError as e:

@@ -57,19 +57,30 @@ class _IndexFile:
     from the file on first use (Kafka's lazy index), kept in memory, and the ones not yet in
     the file are written there by ``flush`` (fsynced) or ``close``."""
 
-    __slots__ = ("path", "base_offset", "_persisted", "_loaded", "_exists")
+    __slots__ = ("_dir", "_name", "base_offset", "_persisted", "_loaded", "_exists")
     entry_size: int
 
-    def __init__(self, path: Path, base_offset: int, *, create: bool = False) -> None:
-        """``create``: the index of a new segment, empty, its file created now (as Kafka)."""
-        self.path = path
+    def __init__(self, path: Path | tuple[Path, str], base_offset: int, *,
+                 create: bool = False) -> None:
+        """``path`` or ``(dir, file name)``: a segment passes its dir, so its indexes share
+        one Path object instead of holding one each (a partition's memory is mostly paths).
+        ``create``: the index of a new segment, empty, its file created now (as Kafka)."""
+        self._dir, self._name = path if isinstance(path, tuple) else (path.parent, path.name)
         self.base_offset = base_offset
         #: entries known to be in the file (the rest are written by flush or close)
         self._persisted = 0
         self._loaded = False
         self._exists = True
         if create:
-            os.close(disk.open_file(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644))
+            os.close(disk.open_file(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644))
+
+    @property
+    def path(self) -> Path:
+        return self._dir / self._name
+
+    @path.setter
+    def path(self, path: Path) -> None:
+        self._dir, self._name = path.parent, path.name
 
     def _ensure_loaded(self, strict: bool = False) -> None:
         """Read the entries from the file if not yet done. A file of a broken size raises
@@ -212,7 +223,8 @@ class OffsetIndex(_IndexFile):
     __slots__ = ("_rel_offsets", "_positions")
     entry_size = 8
 
-    def __init__(self, path: Path, base_offset: int, *, create: bool = False) -> None:
+    def __init__(self, path: Path | tuple[Path, str], base_offset: int, *,
+                 create: bool = False) -> None:
         super().__init__(path, base_offset, create=create)
         if create:
             self._load_entries(b"")
@@ -315,7 +327,8 @@ class TimeIndex(_IndexFile):
     __slots__ = ("_timestamps", "_rel_offsets")
     entry_size = 12
 
-    def __init__(self, path: Path, base_offset: int, *, create: bool = False) -> None:
+    def __init__(self, path: Path | tuple[Path, str], base_offset: int, *,
+                 create: bool = False) -> None:
         super().__init__(path, base_offset, create=create)
         if create:
             self._load_entries(b"")

@@ -300,7 +300,7 @@ class Log:
         self.failure_channel = channel
         self.log_dir = str(self.dir.parent)  # Kafka's parentDir: the log dir that holds it
         self._offline_dirs = channel.offline  # checked before every write: a set lookup
-        self._validator = LogValidator(config, f"{topic}-{partition}")
+        self._validator: LogValidator | None = None  # built by the first append
         self._lock = threading.Lock()  # guards segment list changes vs. flush snapshots
         self._flush_lock = threading.Lock()  # one flush at a time per log
         self.segments: list[LogSegment] = []
@@ -703,7 +703,11 @@ class Log:
             # Record-level rules and recompression (Kafka's LogValidator); headers only
             # unless the topic's rules need the records. Control batches are written as the
             # coordinator built them.
-            records, info = self._validator.validate(records, info, now_ms)
+            validator = self._validator
+            if validator is None:
+                validator = self._validator = LogValidator(
+                    config, f"{self.topic}-{self.partition}")
+            records, info = validator.validate(records, info, now_ms)
         if info.size_in_bytes > config.segment_bytes:
             raise RecordBatchTooLargeError(
                 f"message batch size is {info.size_in_bytes} bytes which exceeds the maximum "
@@ -1313,7 +1317,7 @@ class Log:
         never land in the file (and be acknowledged) before earlier ones still queued."""
         self._drain_writes()
         self.config = config
-        self._validator = LogValidator(config, f"{self.topic}-{self.partition}")
+        self._validator = None  # rebuilt for the new config by the next append
         for seg in self.segments:
             seg.index_interval_bytes = config.index_interval_bytes
 

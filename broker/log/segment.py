@@ -94,8 +94,7 @@ class LogSegment:
     """
 
     __slots__ = (
-        "dir", "base_offset", "index_interval_bytes", "file_suffix", "log_path",
-        "index_path", "time_index_path", "txn_index_path", "_fd", "_closed", "_size",
+        "dir", "base_offset", "index_interval_bytes", "file_suffix", "_fd", "_closed", "_size",
         "offset_index", "time_index", "txn_index", "_bytes_since_last_index_entry",
         "created_ms", "_max_ts", "_offset_of_max_ts", "_rolling_ts", "__weakref__",
     )
@@ -116,10 +115,6 @@ class LogSegment:
         self.index_interval_bytes = index_interval_bytes
         self.file_suffix = file_suffix
         name = segment_file_name(base_offset, "")
-        self.log_path = dir / (name + LOG_FILE_SUFFIX + file_suffix)
-        self.index_path = dir / (name + INDEX_FILE_SUFFIX + file_suffix)
-        self.time_index_path = dir / (name + TIME_INDEX_FILE_SUFFIX + file_suffix)
-        self.txn_index_path = dir / (name + TXN_INDEX_FILE_SUFFIX + file_suffix)
         self._closed = False
         self._fd = -1
         if active:
@@ -130,9 +125,12 @@ class LogSegment:
                 size = os.fstat(self._fd).st_size if active else os.stat(self.log_path).st_size
             self._size = size
             new_file = active and size == 0
-            self.offset_index = OffsetIndex(self.index_path, base_offset, create=new_file)
-            self.time_index = TimeIndex(self.time_index_path, base_offset, create=new_file)
-            self.txn_index = TransactionIndex(self.txn_index_path, base_offset)
+            self.offset_index = OffsetIndex(
+                (dir, name + INDEX_FILE_SUFFIX + file_suffix), base_offset, create=new_file)
+            self.time_index = TimeIndex(
+                (dir, name + TIME_INDEX_FILE_SUFFIX + file_suffix), base_offset, create=new_file)
+            self.txn_index = TransactionIndex(
+                (dir, name + TXN_INDEX_FILE_SUFFIX + file_suffix), base_offset)
         except BaseException:
             if self._fd >= 0:
                 os.close(self._fd)
@@ -144,6 +142,24 @@ class LogSegment:
         self._rolling_ts: object = _UNREAD
 
     # -- plain accessors -------------------------------------------------------------------------
+    # Paths are built when asked, not held: a Path object per file was most of a partition's
+    # memory.
+    @property
+    def log_path(self) -> Path:
+        return self.dir / segment_file_name(self.base_offset, LOG_FILE_SUFFIX + self.file_suffix)
+
+    @property
+    def index_path(self) -> Path:
+        return self.offset_index.path
+
+    @property
+    def time_index_path(self) -> Path:
+        return self.time_index.path
+
+    @property
+    def txn_index_path(self) -> Path:
+        return self.txn_index.path
+
     @property
     def size(self) -> int:
         """Bytes in the ``.log`` file (Kafka's segment.size)."""
@@ -222,7 +238,7 @@ class LogSegment:
             return fd
         if self._closed:
             raise OSError(errno.EBADF, f"segment {self.log_path} is closed")
-        return HANDLES.fd_of(self, self.log_path)
+        return HANDLES.fd_of(self)
 
     def _pread(self, n: int, pos: int) -> bytes:
         return disk.pread(self._io_fd(), n, pos)
@@ -607,10 +623,6 @@ class LogSegment:
             index.path = target
         target = _with_suffix(self.log_path, old_suffix, new_suffix)
         os.replace(self.log_path, target)
-        self.log_path = target
-        self.index_path = self.offset_index.path
-        self.time_index_path = self.time_index.path
-        self.txn_index_path = self.txn_index.path
         self.file_suffix = new_suffix
 
     def file_paths(self) -> list[Path]:

@@ -100,13 +100,22 @@ class TransactionIndex:
     last offset is below the segment's base offset fail the sanity check.
     """
 
-    __slots__ = ("path", "start_offset", "_entries", "_unsynced")
+    __slots__ = ("_dir", "_name", "start_offset", "_entries", "_unsynced")
 
-    def __init__(self, path: Path, start_offset: int) -> None:
-        self.path = path
+    def __init__(self, path: Path | tuple[Path, str], start_offset: int) -> None:
+        """``path`` or ``(dir, file name)``, as the other indexes."""
+        self._dir, self._name = path if isinstance(path, tuple) else (path.parent, path.name)
         self.start_offset = start_offset
         self._entries: list[AbortedTxn] | None = None  # None: not read yet
         self._unsynced = False
+
+    @property
+    def path(self) -> Path:
+        return self._dir / self._name
+
+    @path.setter
+    def path(self, path: Path) -> None:
+        self._dir, self._name = path.parent, path.name
 
     @property
     def entries(self) -> list[AbortedTxn]:
