@@ -57,6 +57,7 @@ from broker.log.handles import (
     raise_open_file_limit,
 )
 from broker.log.log import Log, LogConfig, parse_topic_partition_dir
+from broker.log.recovery import STATS as RECOVERY_STATS
 from broker.log.writer import LogDirWriter
 
 if TYPE_CHECKING:
@@ -236,6 +237,7 @@ class LogManager:
                                          recovery_points=recovery_points,
                                          start_offsets=start_offsets)
             threads = 1 if clean else self.recovery_threads_per_data_dir
+            reread_before = RECOVERY_STATS.bytes
             try:
                 if threads > 1 and len(found) > 1:
                     with ThreadPoolExecutor(threads, thread_name_prefix="log-recovery") as pool:
@@ -255,6 +257,7 @@ class LogManager:
                 log_dir=str(log_dir),
                 logs=len(loaded),
                 clean_shutdown=clean,
+                recovered_bytes=RECOVERY_STATS.bytes - reread_before,
             )
             if clean:
                 marker.unlink()
