@@ -255,9 +255,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     configure(config["log.level"], config["log.format"])
     log_unused_keys(config)
+    from broker.log.handles import OpenFileLimitError  # the broker imports it anyway
+
     try:
         uvloop.run(_serve(config))
     except (ConfigError, StartupError) as exc:  # found only at start: a key store, a port
+        print(f"mini-broker: {exc}", file=sys.stderr)
+        return 2
+    except OpenFileLimitError as exc:  # the recorded logs need more descriptors than allowed
         print(f"mini-broker: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -141,6 +141,14 @@ KEYS: dict[str, Key] = {
         Key("log.flush.offset.checkpoint.interval.ms", int, "60000",
             "How often recovery points are checkpointed (bounds recovery work).", min=1),
         Key("log.index.interval.bytes", int, "4096", "Bytes between offset index entries.", min=0),
+        Key("num.recovery.threads.per.data.dir", int, "1",
+            "Logs of one log dir loaded at once after an unclean shutdown (each rereads only "
+            "what lies past its recovery point).", min=1),
+        Key("minibroker.log.max.open.files", int, "128",
+            "Inactive segments' .log files kept open for reads at most (least recently read "
+            "closed first); each partition also holds its active segment's, and indexes hold "
+            "none. The broker raises its soft open-file limit to the hard one at start.",
+            min=1),
         Key("log.cleanup.policy", _cleanup_policy, "delete",
             "Default cleanup.policy of topics: delete, compact, or both."),
         Key("log.cleaner.enable", _bool, "true",

@@ -65,7 +65,8 @@ class Owners:
         self.request_clock = clock if request_clock is None else request_clock
         self.log_dirs = [Path(d) for d in config["log.dirs"]]
         self.metadata = MetadataStore(self.log_dirs[0])
-        self.log_manager = LogManager(self.log_dirs, log_config(config, {}), clock=clock)
+        self.log_manager = LogManager.for_broker(self.log_dirs, log_config(config, {}), config,
+                                                 clock)
         self.producer_ids = ProducerIdManager(self.log_dirs[0])
         self.scram = ScramCredentialStore(self.metadata)
         self.fetch_sessions = FetchSessionCache()

@@ -48,6 +48,7 @@ import structlog
 
 from broker.log import disk
 from broker.log.dir_failure import KafkaStorageError, LogDirFailureChannel
+from broker.log.handles import is_fd_exhaustion, open_file_limit_error
 from broker.log.index import IndexCorruptError
 from broker.log.producer_state import (
     NO_SEQUENCE,
@@ -69,7 +70,7 @@ from broker.log.validator import (
     compression_level_problem,
     is_compacted,
 )
-from broker.log.writer import LogDirWriter, Write, WriteCoalescer
+from broker.log.writer import LogDirWriter, Write
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import (
     ATTRIBUTES_OFFSET,
@@ -304,7 +305,7 @@ class Log:
         self.failure_channel = channel
         self.log_dir = str(self.dir.parent)  # Kafka's parentDir: the log dir that holds it
         self._offline_dirs = channel.offline  # checked before every write: a set lookup
-        self._validator = LogValidator(config, f"{topic}-{partition}")
+        self._validator: LogValidator | None = None  # built by the first append
         self._lock = threading.Lock()  # guards segment list changes vs. flush snapshots
         self._flush_lock = threading.Lock()  # one flush at a time per log
         self.segments: list[LogSegment] = []
@@ -327,15 +328,15 @@ class Log:
         #: told on the event loop ``(end offset, fsync seconds)`` when the writer made the log
         #: durable up to an offset (the partition moves its high watermark then).
         self.on_durable: Callable[[int, float], None] | None = None
-        #: the loop's write coalescer (the LogManager sets it): other logs' appends are
-        #: written at the end of the loop iteration, several batches in one pwritev.
-        self.coalescer: WriteCoalescer | None = None
-        #: told on the event loop ``(end offset)`` when the coalescer wrote the log's appends.
-        self.on_written_out: Callable[[int], None] | None = None
-        #: the first offset whose bytes wait in the coalescer, None when none do.
-        self.unwritten_from: int | None = None
-        self._load(clean_shutdown, recovery_point, log_start_offset,
-                   self.clock.wall_ms() if now_ms is None else now_ms)
+        #: with writes for the old active segment still queued at a roll, the new base
+        #: offset: once durable past it, the old segment's descriptor is closed.
+        self._release_after: int | None = None
+        try:
+            self._load(clean_shutdown, recovery_point, log_start_offset,
+                       self.clock.wall_ms() if now_ms is None else now_ms)
+        except BaseException:
+            self._close_files()  # nothing half-open stays behind a failed load
+            raise
 
     @classmethod
     def load(
@@ -380,24 +381,38 @@ class Log:
         for base in sorted(swaps):
             self._complete_swap(base)
         bases: set[int] = set()
+        names: set[str] = set()
         for entry in os.scandir(self.dir):
             name = entry.name
+            names.add(name)
             m = _SEGMENT_NAME.match(name)
             if m is not None and m.group(2) == "log":
                 bases.add(int(m.group(1)))
-        for entry in os.scandir(self.dir):
-            m = _SEGMENT_NAME.match(entry.name)
+        for name in list(names):
+            m = _SEGMENT_NAME.match(name)
             if m is not None and m.group(2) != "log" and int(m.group(1)) not in bases:
-                os.unlink(entry.path)  # an index without its log
+                os.unlink(self.dir / name)  # an index without its log
+                names.discard(name)
+        # Only the last segment is opened (it is appended to); the others are stat'ed and
+        # read when someone reads them (Kafka's lazy segment loading).
+        ordered = sorted(bases)
         segments: list[LogSegment] = []
-        for base in sorted(bases):
-            segments.append(self._open_segment(base, now_ms))
+        try:
+            for i, base in enumerate(ordered):
+                segments.append(self._open_segment(base, now_ms, names,
+                                                   active=i == len(ordered) - 1))
+        except BaseException:
+            for seg in segments:
+                seg.close_quietly()
+            raise
         if not clean_shutdown and segments:
             segments = recover_segments(segments, recovery_point)
         if not segments:
             segments = [
                 LogSegment(self.dir, log_start_offset, self._index_interval(), now_ms=now_ms)
             ]
+        elif not segments[-1].holds_fd:
+            segments[-1].hold()  # recovery deleted the segments after a corrupt one
         self.segments = segments
         self._bases = [s.base_offset for s in segments]
         active = segments[-1]
@@ -471,16 +486,17 @@ class Log:
     def _index_interval(self) -> int:
         return self.config.index_interval_bytes
 
-    def _open_segment(self, base: int, now_ms: int | None) -> LogSegment:
-        """Open a segment; indexes that are missing or fail the sanity check are rebuilt."""
-        txn_index_path = self.dir / f"{base:020d}{TXN_INDEX_FILE_SUFFIX}"
-        if txn_index_path.exists():
+    def _open_segment(self, base: int, now_ms: int | None, names: set[str],
+                      active: bool) -> LogSegment:
+        """Open a segment (only the ``active`` one holds a descriptor); missing indexes or
+        ones of a broken size are rebuilt. Only the active segment's indexes are read here;
+        as Kafka's lazy indexes, the others are read when first needed (segments past the
+        recovery point are recovered anyway)."""
+        prefix = f"{base:020d}"
+        if prefix + TXN_INDEX_FILE_SUFFIX in names:
+            txn_index_path = self.dir / (prefix + TXN_INDEX_FILE_SUFFIX)
             try:
-                txn_index = TransactionIndex(txn_index_path, base)
-                try:
-                    txn_index.sanity_check()
-                finally:
-                    txn_index.close()
+                TransactionIndex(txn_index_path, base).sanity_check()
             except TxnIndexCorruptError as e:
                 logger.warning(
                     "rebuilding transaction indexes", dir=str(self.dir), base_offset=base,
@@ -489,21 +505,24 @@ class Log:
                 txn_index_path.unlink()
                 self._rebuild_txn_indexes = True
         index_missing = (
-            not (self.dir / f"{base:020d}{INDEX_FILE_SUFFIX}").exists()
-            or not (self.dir / f"{base:020d}{TIME_INDEX_FILE_SUFFIX}").exists()
+            prefix + INDEX_FILE_SUFFIX not in names
+            or prefix + TIME_INDEX_FILE_SUFFIX not in names
         )
-        try:
-            seg = LogSegment(self.dir, base, self._index_interval(), now_ms=now_ms)
-            seg.offset_index.sanity_check(seg.size)
-            seg.time_index.sanity_check()
-        except IndexCorruptError as e:
-            logger.warning(
-                "rebuilding segment indexes", dir=str(self.dir), base_offset=base, reason=str(e)
-            )
-            for suffix in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):
-                (self.dir / f"{base:020d}{suffix}").unlink(missing_ok=True)
-            seg = LogSegment(self.dir, base, self._index_interval(), now_ms=now_ms)
-            index_missing = True
+        seg = LogSegment(self.dir, base, self._index_interval(), now_ms=now_ms, active=active)
+        if not index_missing:
+            try:
+                _check_indexes(seg, full=active)
+            except IndexCorruptError as e:
+                logger.warning(
+                    "rebuilding segment indexes", dir=str(self.dir), base_offset=base,
+                    reason=str(e)
+                )
+                seg.close_quietly()
+                for suffix in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):
+                    (self.dir / (prefix + suffix)).unlink(missing_ok=True)
+                seg = LogSegment(self.dir, base, self._index_interval(), now_ms=now_ms,
+                                 active=active)
+                index_missing = True
         if index_missing and seg.size > 0:
             recover_segment(seg)
         return seg
@@ -560,8 +579,11 @@ class Log:
         )
 
     def _dir_failed(self, action: str, error: OSError) -> KafkaStorageError:
-        """Report the dir to the failure channel (offline from now on); the error to raise."""
+        """Report the dir to the failure channel (offline from now on); the error to raise.
+        No descriptor left (EMFILE, ENFILE) is not a disk fault: only this request fails."""
         message = f"error while {action} {self.topic}-{self.partition} in dir {self.log_dir}"
+        if is_fd_exhaustion(error):
+            return open_file_limit_error(message, error)
         self.failure_channel.maybe_add_offline_log_dir(self.log_dir, message, error)
         return KafkaStorageError(f"{message}: {error}")
 
@@ -575,33 +597,17 @@ class Log:
         return self.writer is not None and self.config.flush_interval_messages == 1
 
     def _drain_writes(self) -> None:
-        """Wait for the writer to finish what is queued (and, on the loop, write what waits in
-        the coalescer): before a segment's files are closed, deleted or swapped, and before a
-        flush that must cover every append."""
+        """Wait for the writer to finish what is queued: before a segment's files are closed,
+        deleted or swapped, and before a flush that must cover every append."""
         writer = self.writer
         if writer is not None and writer.pending:
             writer.drain()
-        coalescer = self.coalescer
-        if coalescer is not None and self.unwritten_from is not None:
-            coalescer.flush_here()
 
-    def coalesced_written(self) -> None:
-        """On the event loop: the coalescer wrote every append of this log so far."""
-        self.unwritten_from = None
-        listener = self.on_written_out
-        if listener is not None and not self._closed:
-            listener(self._next_offset)
-
-    def _defer(self, writes: list[Write], first_offset: int, end_offset: int) -> None:
-        """Hand an append's writes to the writer thread (flush.messages=1) or the coalescer;
-        before the end offset moves, so a flush on another thread that reads the end offset
-        then drains the writer (or stops at ``unwritten_from``) covers no unwritten byte."""
-        if self.writes_on_writer:
-            self.writer.submit(self, writes, end_offset)  # type: ignore[union-attr]
-            return
-        if self.unwritten_from is None:
-            self.unwritten_from = first_offset
-        self.coalescer.add(self, writes)  # type: ignore[union-attr]
+    def _defer(self, writes: list[Write], end_offset: int) -> None:
+        """Hand an append's writes to the writer thread (flush.messages=1), before the end
+        offset moves, so a flush on another thread that reads the end offset then drains the
+        writer covers no unwritten byte."""
+        self.writer.submit(self, writes, end_offset)  # type: ignore[union-attr]
 
     def sync_written(self, end_offset: int) -> None:
         """On the writer's sync thread, once everything below ``end_offset`` is written: fsync
@@ -609,8 +615,20 @@ class Log:
         fsynced, not duplicates: no file of this log closes while its writer has work."""
         self._flush_to(end_offset, own_fds=True)
 
+    def _release_inactive(self) -> None:
+        """Close the own descriptors of segments no longer appended to (they borrow one from
+        the cache when read): the active segment is the only one a partition keeps open."""
+        self._release_after = None
+        with self._lock:
+            for seg in self.segments[:-1]:
+                if seg.holds_fd:
+                    seg.release()
+
     def on_written(self, end_offset: int, seconds: float) -> None:
         """On the event loop: the writer made everything below ``end_offset`` durable."""
+        release_after = self._release_after
+        if release_after is not None and end_offset >= release_after and not self._closed:
+            self._release_inactive()
         listener = self.on_durable
         if listener is not None and not self._closed:
             listener(end_offset, seconds)
@@ -627,7 +645,7 @@ class Log:
         """Validate a produce request's records, assign offsets in place, write them.
 
         A writable ``records`` (an owned request frame) is stamped and written as it is, so
-        the caller must not reuse it: with a writer or coalescer its write happens later,
+        the caller must not reuse it: with a writer its write happens later,
         from that very buffer. Bytes and read-only views are copied once first.
 
         Raises the ``protocol.record_batch`` errors and the LogValidator's record errors (each
@@ -693,7 +711,11 @@ class Log:
             # Record-level rules and recompression (Kafka's LogValidator); headers only
             # unless the topic's rules need the records. Control batches are written as the
             # coordinator built them.
-            records, info = self._validator.validate(records, info, now_ms)
+            validator = self._validator
+            if validator is None:
+                validator = self._validator = LogValidator(
+                    config, f"{self.topic}-{self.partition}")
+            records, info = validator.validate(records, info, now_ms)
         if info.size_in_bytes > config.segment_bytes:
             raise RecordBatchTooLargeError(
                 f"message batch size is {info.size_in_bytes} bytes which exceeds the maximum "
@@ -711,8 +733,7 @@ class Log:
             max_timestamp = info.max_timestamp
             offset_of_max_timestamp = first_offset + info.offset_delta_of_max_timestamp
         completed = None
-        deferred: list[Write] | None = (
-            [] if self.coalescer is not None or self.writes_on_writer else None)
+        deferred: list[Write] | None = [] if self.writes_on_writer else None
         try:
             segment = self._maybe_roll(info.size_in_bytes, max_timestamp, last_offset, now_ms)
             if marker is not None:
@@ -737,7 +758,7 @@ class Log:
         except OSError as e:
             raise self._dir_failed("appending to", e) from e
         if deferred is not None:
-            self._defer(deferred, first_offset, last_offset + 1)
+            self._defer(deferred, last_offset + 1)
         self._next_offset = last_offset + 1
         for pos, pid, epoch, first_seq, last_seq, transactional in producer_batches:
             delta, batch_max_ts = _PRODUCER_FIELDS.unpack_from(records, pos + ATTRIBUTES_OFFSET)[
@@ -896,6 +917,7 @@ class Log:
             self._bases[i : i + len(old)] = [cleaned.base_offset]
             for seg in old:
                 seg.close_quietly()
+            cleaned.release()  # inactive: it borrows a descriptor when read
         return True
 
     def collect_aborted_transactions(
@@ -965,12 +987,16 @@ class Log:
         if active.size == 0:
             return active
         new_base = self._next_offset
-        active.on_become_inactive()
         segment = LogSegment(self.dir, new_base, self._index_interval(),
                              now_ms=self.clock.wall_ms() if now_ms is None else now_ms)
+        active.on_become_inactive()
         with self._lock:
             self.segments.append(segment)
             self._bases.append(new_base)
+        if self.writes_on_writer and self.writer.pending:  # type: ignore[union-attr]
+            self._release_after = new_base  # writes for it still queued: on_written frees it
+        else:
+            self._release_inactive()
         producer_state = self.producer_state
         producer_state.map_end_offset = new_base
         path = producer_state.take_snapshot(sync=False, recovery_point=self.recovery_point)
@@ -1194,13 +1220,7 @@ class Log:
         may have dropped the dirty pages, so a second could succeed without them. The
         recovery point then stays where the last good flush put it.
         """
-        coalescer = self.coalescer
-        if coalescer is not None and self.unwritten_from is not None:
-            coalescer.flush_here()  # on the loop: what waits for the iteration's end, now
         target = self._next_offset
-        unwritten = self.unwritten_from  # read after the end offset: see _defer
-        if unwritten is not None:
-            target = min(target, unwritten)
         self._drain_writes()
         self._flush_to(target)
 
@@ -1211,32 +1231,34 @@ class Log:
                 raise self._offline_error()
             if target <= self.recovery_point and not self._unsynced_snapshots:
                 return
-            fds: list[int] = []
-            own: list[LogSegment] = []
-            with self._lock:
-                if self._closed:
-                    return
-                start = max(bisect_right(self._bases, self.recovery_point) - 1, 0)
-                for seg in self.segments[start:]:
-                    if seg.closed:
-                        continue
-                    if own_fds:
-                        own.append(seg)
-                    else:
-                        fds.extend(seg.dup_fds())
-                snapshots, self._unsynced_snapshots = self._unsynced_snapshots, []
+            fds: list[tuple[int, bool]] = []
+            segments: list[LogSegment] = []
             try:
-                for fd in fds:
+                with self._lock:
+                    if self._closed:
+                        return
+                    start = max(bisect_right(self._bases, self.recovery_point) - 1, 0)
+                    active = self.segments[-1]
+                    for seg in self.segments[start:]:
+                        if seg.closed:
+                            continue
+                        segments.append(seg)
+                        # Only the active segment's own fd outlives this lock for sure (a
+                        # rolled one's is closed once the writer is past it).
+                        fds.extend(seg.sync_fds(own_fds and seg is active))
+                    snapshots, self._unsynced_snapshots = self._unsynced_snapshots, []
+                for fd, _close in fds:
                     disk.fsync(fd)
-                for seg in own:
-                    seg.flush()
+                for seg in segments:
+                    seg.flush_indexes()
                 if snapshots:
                     _fsync_files(snapshots)
             except OSError as e:
                 raise self._dir_failed("flushing", e) from e
             finally:
-                for fd in fds:
-                    os.close(fd)
+                for fd, close in fds:
+                    if close:
+                        os.close(fd)
             with self._lock:
                 if target > self.recovery_point:
                     self.recovery_point = target
@@ -1304,9 +1326,23 @@ class Log:
         never land in the file (and be acknowledged) before earlier ones still queued."""
         self._drain_writes()
         self.config = config
-        self._validator = LogValidator(config, f"{self.topic}-{self.partition}")
+        self._validator = None  # rebuilt for the new config by the next append
         for seg in self.segments:
             seg.index_interval_bytes = config.index_interval_bytes
+
+
+def _check_indexes(seg: LogSegment, full: bool) -> None:
+    """The indexes' sanity checks: ``full`` reads them (the active segment's, read anyway);
+    otherwise only their sizes are checked, without reading them."""
+    if full:
+        seg.offset_index.sanity_check(seg.size)
+        seg.time_index.sanity_check()
+        return
+    for index in (seg.offset_index, seg.time_index):
+        size = os.stat(index.path).st_size
+        if size % index.entry_size:
+            raise IndexCorruptError(
+                f"index file {index.path} has size {size}, not a multiple of {index.entry_size}")
 
 
 def _quietly(undo: Callable[[int], None], arg: int) -> None:

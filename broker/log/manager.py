@@ -16,7 +16,12 @@ Flushing and retention are scheduled by the broker (the ReplicaManager's group-c
 moves high watermarks when an fsync completes); ``checkpoint`` is a blocking call it runs in an
 executor. Logs with flush.messages=1 are written and fsynced by their dir's writer thread
 (broker/log/writer.py, one per dir, owned here and stopped by ``shutdown``); the others'
-appends of one loop iteration are written together at its end by the coalescer.
+appends are written where they happen.
+
+File handles (broker/log/handles.py): each log holds its active segment's ``.log`` fd; other
+segments borrow one from an LRU bounded by ``max_open_files`` when read. Running out of
+descriptors while creating a log fails that creation alone (OpenFileLimitError, nothing
+left behind on disk) and never takes a dir offline.
 
 A disk error in a dir takes that dir offline (``failure_channel``, Kafka's
 LogDirFailureChannel): its logs are no longer written, checkpointed or flushed, new logs go to
@@ -30,17 +35,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import os
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from broker.log import disk
 from broker.log.dir_failure import KafkaStorageError, LogDirFailureChannel
+from broker.log.handles import (
+    HANDLES,
+    RESERVE,
+    OpenFileLimitError,
+    is_fd_exhaustion,
+    open_file_limit,
+    open_file_limit_error,
+    raise_open_file_limit,
+)
 from broker.log.log import Log, LogConfig, parse_topic_partition_dir
-from broker.log.writer import LogDirWriter, WriteCoalescer
+from broker.log.recovery import STATS as RECOVERY_STATS
+from broker.log.writer import LogDirWriter
 from purgatory.clock import WallClock
 
 if TYPE_CHECKING:
@@ -118,16 +136,18 @@ class LogManager:
         *,
         config_for: Callable[[str], LogConfig] | None = None,
         failure_channel: LogDirFailureChannel | None = None,
-        coalesce_writes: bool = False,
         log_dir_writers: bool = True,
         clock: WallClock | None = None,
+        max_open_files: int | None = None,
+        recovery_threads_per_data_dir: int = 1,
     ) -> None:
         """``config_for(topic)`` gives a topic's config at load time (default: the default).
-        ``coalesce_writes`` writes the appends of one loop iteration together at its end (the
-        broker's choice; acks=1 answers then come back as awaitables), else each append is
-        written where it happens. ``log_dir_writers=False`` keeps flush.messages=1 logs writing
-        on the loop and fsyncing on the ReplicaManager's flusher, as before the writers.
-        ``clock`` is the broker's wall clock, handed to every log (the system's by default)."""
+        ``log_dir_writers=False`` keeps flush.messages=1 logs writing on the loop and fsyncing
+        on the ReplicaManager's flusher, as before the writers. ``clock`` is the broker's wall
+        clock, handed to every log (the system's by default). ``max_open_files`` bounds the
+        inactive segments' open ``.log`` files (minibroker.log.max.open.files);
+        ``recovery_threads_per_data_dir`` logs of a dir are loaded at once after a crash
+        (Kafka's num.recovery.threads.per.data.dir)."""
         if not log_dirs:
             raise ValueError("at least one log dir is required")
         self.log_dirs = [Path(d) for d in log_dirs]
@@ -142,11 +162,24 @@ class LogManager:
         self.cleaner: LogCleaner | None = None
         #: one writer thread per log dir (flush.messages=1 logs write and fsync there)
         self.writers: dict[Path, LogDirWriter] = {}
-        #: the appends of one loop iteration written together (the other logs)
-        self.coalescer: WriteCoalescer | None = None
-        self.coalesce_writes = coalesce_writes
         self.log_dir_writers = log_dir_writers
         self.clock = clock
+        self.recovery_threads_per_data_dir = max(recovery_threads_per_data_dir, 1)
+        if max_open_files is not None:
+            HANDLES.resize(max_open_files)
+        RESERVE.fill()
+
+    @classmethod
+    def for_broker(cls, log_dirs: list[Path], default_config: LogConfig,
+                   config: Mapping[str, Any], clock: WallClock | None = None,
+                   config_for: Callable[[str], LogConfig] | None = None) -> LogManager:
+        """The broker's LogManager, from its configuration; raises the process's soft
+        open-file limit to the hard one first and logs both (each partition holds one
+        descriptor)."""
+        raise_open_file_limit()
+        return cls(log_dirs, default_config, config_for=config_for, clock=clock,
+                   max_open_files=config["minibroker.log.max.open.files"],
+                   recovery_threads_per_data_dir=config["num.recovery.threads.per.data.dir"])
 
     # -- log dir health ----------------------------------------------------------------------
     @property
@@ -181,7 +214,12 @@ class LogManager:
 
     # -- startup -------------------------------------------------------------------------------
     def load(self) -> dict[TopicPartition, Log]:
-        """Lock each dir, open every ``topic-N`` log (recovering unless shut down cleanly)."""
+        """Lock each dir, open every ``topic-N`` log (recovering unless shut down cleanly).
+
+        A clean start opens only each log's active segment (the rest is read when needed).
+        After a crash each log rereads only what lies past its recovery point, up to
+        ``recovery_threads_per_data_dir`` logs of a dir at once. Running out of descriptors
+        raises OpenFileLimitError with one line saying what to raise."""
         self.lock_dirs()
         for log_dir in self.log_dirs:
             marker = log_dir / CLEAN_SHUTDOWN_FILE
@@ -193,6 +231,7 @@ class LogManager:
                 )
             recovery_points = read_offset_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT_FILE)
             start_offsets = read_offset_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT_FILE)
+            found: list[tuple[TopicPartition, Path]] = []
             for entry in sorted(os.scandir(log_dir), key=lambda e: e.name):
                 if not entry.is_dir():
                     continue
@@ -204,24 +243,33 @@ class LogManager:
                         f"duplicate log directories for {tp[0]}-{tp[1]}: "
                         f"{self._dir_of[tp]} and {log_dir}"
                     )
-                config = self._config_for(tp[0]) if self._config_for else self.default_config
-                log = Log.load(
-                    Path(entry.path),
-                    config,
-                    tp[0],
-                    tp[1],
-                    clean,
-                    recovery_point=recovery_points.get(tp, 0),
-                    log_start_offset=start_offsets.get(tp, 0),
-                    failure_channel=self.failure_channel,
-                    clock=self.clock,
-                )
+                found.append((tp, Path(entry.path)))
+
+            load_one = functools.partial(self._load_log, clean=clean,
+                                         recovery_points=recovery_points,
+                                         start_offsets=start_offsets)
+            threads = 1 if clean else self.recovery_threads_per_data_dir
+            reread_before = RECOVERY_STATS.bytes
+            try:
+                if threads > 1 and len(found) > 1:
+                    with ThreadPoolExecutor(threads, thread_name_prefix="log-recovery") as pool:
+                        loaded = list(pool.map(load_one, found))
+                else:
+                    loaded = [load_one(item) for item in found]
+            except OSError as e:
+                if not is_fd_exhaustion(e):
+                    raise
+                raise self._cannot_open(log_dir, len(found), e) from None
+            except OpenFileLimitError as e:
+                raise self._cannot_open(log_dir, len(found), e) from None
+            for (tp, _path), log in zip(found, loaded, strict=True):
                 self._add(tp, log, log_dir)
             logger.info(
                 "loaded logs",
                 log_dir=str(log_dir),
-                logs=sum(1 for d in self._dir_of.values() if d == log_dir),
+                logs=len(loaded),
                 clean_shutdown=clean,
+                recovered_bytes=RECOVERY_STATS.bytes - reread_before,
             )
             if clean:
                 marker.unlink()
@@ -236,6 +284,34 @@ class LogManager:
         for log_dir in self.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
             self._lock_dir(log_dir)
+
+    def _load_log(self, item: tuple[TopicPartition, Path], *, clean: bool,
+                  recovery_points: dict[TopicPartition, int],
+                  start_offsets: dict[TopicPartition, int]) -> Log:
+        tp, path = item
+        config = self._config_for(tp[0]) if self._config_for else self.default_config
+        return Log.load(
+            path,
+            config,
+            tp[0],
+            tp[1],
+            clean,
+            recovery_point=recovery_points.get(tp, 0),
+            log_start_offset=start_offsets.get(tp, 0),
+            failure_channel=self.failure_channel,
+            clock=self.clock,
+        )
+
+    def _cannot_open(self, log_dir: Path, logs: int, error: Exception) -> OpenFileLimitError:
+        """The one line a start that cannot open its logs ends with (the logs opened so far
+        are closed; nothing on disk changed, so a start with a higher limit succeeds)."""
+        for log in self.logs.values():
+            log._close_files()
+        soft, hard = open_file_limit()
+        return OpenFileLimitError(
+            f"cannot open the {logs} partition logs of {log_dir}: the open-file limit is "
+            f"{soft} (hard limit {hard}) and each partition needs one descriptor; raise "
+            f"ulimit -n (LimitNOFILE=, --ulimit nofile=) to at least partitions + 200 ({error})")
 
     def _lock_dir(self, log_dir: Path) -> None:
         fd = os.open(log_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -256,10 +332,6 @@ class LogManager:
             return  # outside a loop (tools, sync tests): every write is made where it happens
         if self.log_dir_writers:
             log.writer = self._writer_of(log_dir, loop)
-        if self.coalesce_writes:
-            if self.coalescer is None:
-                self.coalescer = WriteCoalescer(loop)
-            log.coalescer = self.coalescer
 
     def _writer_of(self, log_dir: Path, loop: asyncio.AbstractEventLoop) -> LogDirWriter:
         """The dir's writer (its threads report to ``loop``)."""
@@ -274,7 +346,11 @@ class LogManager:
     def create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
         """Create (or return the existing) log in the live log dir holding the fewest logs
         (ties: the first in ``log.dirs``), as Kafka's nextLogDirs. A dir that fails to create
-        it goes offline and the next one is tried; KafkaStorageError when none can."""
+        it goes offline and the next one is tried; KafkaStorageError when none can.
+
+        No descriptor left (EMFILE, ENFILE) is not the dir's fault: OpenFileLimitError (also a
+        KafkaStorageError, answered KAFKA_STORAGE_ERROR) for this log alone, after the
+        partition directory it made is removed again, and every dir stays online."""
         tp = (topic, partition)
         existing = self.logs.get(tp)
         if existing is not None:
@@ -283,17 +359,43 @@ class LogManager:
         for d in self._dir_of.values():
             counts[d] += 1
         for log_dir in sorted(self.live_log_dirs, key=lambda d: counts[d]):
+            path = log_dir / f"{topic}-{partition}"
+            existed = path.exists()
             try:
-                log = Log(log_dir / f"{topic}-{partition}", config or self.default_config, topic,
-                          partition, failure_channel=self.failure_channel, clock=self.clock)
+                log = self._new_log(path, config or self.default_config, topic, partition)
             except OSError as e:
-                self._dir_failed(log_dir, f"creating the log of {topic}-{partition}", e)
-                continue
+                if not is_fd_exhaustion(e):
+                    if not existed:
+                        shutil.rmtree(path, ignore_errors=True)  # nothing half-made stays
+                    self._dir_failed(log_dir, f"creating the log of {topic}-{partition}", e)
+                    continue
+                with RESERVE.released():  # the cleanup and the log line need descriptors
+                    if not existed:
+                        shutil.rmtree(path, ignore_errors=True)
+                    raise open_file_limit_error(
+                        f"creating the log of {topic}-{partition} in dir {log_dir}", e) from e
+            except OpenFileLimitError:
+                with RESERVE.released():
+                    if not existed:
+                        shutil.rmtree(path, ignore_errors=True)
+                raise
             self._add(tp, log, log_dir)
             return log
         raise KafkaStorageError(
             f"no live log dir to create {topic}-{partition} in: tried "
             f"{', '.join(str(d) for d in self.log_dirs)}")
+
+    def _new_log(self, path: Path, config: LogConfig, topic: str, partition: int) -> Log:
+        """A new Log; on EMFILE the handle cache gives back half of its descriptors and the
+        creation is tried once more."""
+        try:
+            return Log(path, config, topic, partition, failure_channel=self.failure_channel,
+                       clock=self.clock)
+        except OSError as e:
+            if not is_fd_exhaustion(e) or not HANDLES.shrink():
+                raise
+        return Log(path, config, topic, partition, failure_channel=self.failure_channel,
+                   clock=self.clock)
 
     def delete_log(self, tp: TopicPartition) -> None:
         """Close and remove a partition's directory; unknown partitions are ignored. A clean

@@ -3,14 +3,18 @@
 Kafka's LogSegment.recover and LogLoader.recoverLog, reduced to what a v2-only log needs:
 
 * Every segment from the one holding the recovery point (the offset below which data was
-  fsynced) to the end is re-read batch by batch. A batch is kept only if it is whole, has a
-  possible length and magic 2, its CRC matches, its offsets are in order (base offset at or
-  after the previous batch's next offset, and not below the segment's base offset) and its
-  last offset fits the segment's int32 relative offsets.
+  fsynced) to the end is re-read batch by batch; the one holding it only from the recovery
+  point on (its state below comes from the indexes, flushed with the data, and a header walk
+  of the batches after their last entries), so recovery rereads what was not flushed.
+  A batch is kept only if it is whole, has a possible length and magic 2, its CRC matches,
+  its offsets are in order (base offset at or after the previous batch's next offset, and
+  not below the segment's base offset) and its last offset fits the segment's int32
+  relative offsets.
 * At the first batch that fails, the segment is truncated there (a torn or corrupt tail)
   and every later segment is deleted: nothing after a hole can be trusted.
-* Indexes of recovered segments are rebuilt from scratch with the same spacing rule as the
-  append path, and the segment's final max timestamp is written to the time index.
+* Indexes of recovered segments are rebuilt (past the recovery point) with the same
+  spacing rule as the append path, and the segment's final max timestamp is written to the
+  time index.
 * The transaction index loses the entries of markers that did not survive; the entries of
   markers above the producer-state snapshot the load starts from are written again by the
   producer-state rebuild, which knows where each aborted transaction began (Kafka's
@@ -21,31 +25,108 @@ Segments below the recovery point were fsynced with their indexes and are truste
 
 from __future__ import annotations
 
+import threading
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
 import structlog
 
 from broker.log.segment import LogSegment
 from protocol.record_batch import NO_TIMESTAMP, CorruptRecordError
 
-__all__ = ["recover_segment", "recover_segments"]
+__all__ = ["RecoveryStats", "STATS", "recover_segment", "recover_segments"]
 
 log = structlog.get_logger("broker.log.recovery")
 
 
-def recover_segment(segment: LogSegment) -> int:
-    """Validate ``segment`` from its start, truncate the invalid tail, rebuild its indexes.
+@dataclass
+class RecoveryStats:
+    """What recovery reread in this process (segments and bytes validated): recovery after a
+    crash must be proportional to what was not flushed, and tests assert it here."""
 
-    Returns the number of bytes truncated (0 when the whole file is valid).
+    segments: int = 0
+    bytes: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, size: int) -> None:
+        with self._lock:
+            self.segments += 1
+            self.bytes += size
+
+    def reset(self) -> None:
+        with self._lock:
+            self.segments = 0
+            self.bytes = 0
+
+
+#: the process's recovery counters (logs recover on several threads at once).
+STATS = RecoveryStats()
+
+
+class _Prefix(NamedTuple):
+    """Where validation resumes in a segment whose start is trusted, and the state there."""
+
+    position: int
+    next_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    last_index_entry: int
+
+
+def _trusted_prefix(segment: LogSegment, from_offset: int) -> _Prefix | None:
+    """The state of ``segment`` below ``from_offset`` (a recovery point: fsynced, with the
+    index entries of that flush), found from the indexes and a header-only walk of the few
+    batches after their last entries; None when it can not be trusted or found (then the
+    whole segment is validated)."""
+    if from_offset <= segment.base_offset:
+        return None
+    try:
+        segment.offset_index.truncate_to(from_offset)
+        segment.time_index.truncate_to(from_offset)
+        max_ts, max_ts_offset = segment.time_index.last_entry()
+        entries = segment.offset_index.entries
+        last_index_entry = segment.offset_index.entry(entries - 1)[1] if entries else 0
+        start = min(segment.offset_index.lookup(max_ts_offset)[1], last_index_entry)
+        if start >= segment.size:
+            return None
+        for pos, header in segment.iter_batches(start):
+            base = header.base_offset
+            if base >= from_offset:
+                return _Prefix(pos, base, max_ts, max_ts_offset, last_index_entry) if (
+                    base == from_offset) else None
+            last = header.last_offset
+            if last >= from_offset:
+                return None  # the recovery point is not a batch boundary here
+            if header.max_timestamp > max_ts:
+                max_ts, max_ts_offset = header.max_timestamp, last
+    except CorruptRecordError:
+        return None
+    return None  # the file ends below the recovery point
+
+
+def recover_segment(segment: LogSegment, from_offset: int | None = None) -> int:
+    """Validate ``segment`` from its start, or from ``from_offset`` (the log's recovery point,
+    below which it was fsynced), truncate the invalid tail, rebuild its indexes past there.
+
+    Returns the number of bytes truncated (0 when the whole file is valid). The rebuilt
+    indexes are written to their files (not fsynced: the next flush does).
     """
-    segment.offset_index.reset()
-    segment.time_index.reset()
-    valid_bytes = 0
-    last_index_entry = 0
-    expected_offset = segment.base_offset
-    max_timestamp = NO_TIMESTAMP
-    offset_of_max_timestamp = segment.base_offset
+    prefix = _trusted_prefix(segment, from_offset) if from_offset is not None else None
+    if prefix is None:
+        prefix = _Prefix(0, segment.base_offset, NO_TIMESTAMP, segment.base_offset, 0)
+        segment.offset_index.reset()
+        segment.time_index.reset()
+    else:
+        segment.offset_index.truncate_to_position(prefix.position)
+    STATS.add(segment.size - prefix.position)
+    valid_bytes = prefix.position
+    last_index_entry = prefix.last_index_entry
+    expected_offset = prefix.next_offset
+    max_timestamp = prefix.max_timestamp
+    offset_of_max_timestamp = prefix.offset_of_max_timestamp
     reason = ""
     try:
-        for pos, header in segment.iter_batches(0, whole=True):
+        for pos, header in segment.iter_batches(prefix.position, whole=True):
             base = header.base_offset
             delta = header.last_offset_delta
             if not header.is_valid():
@@ -88,6 +169,8 @@ def recover_segment(segment: LogSegment) -> int:
         max_timestamp, offset_of_max_timestamp, valid_bytes - last_index_entry
     )
     segment.on_become_inactive()  # the final (max timestamp, offset) entry, as Kafka
+    segment.offset_index.write_pending()
+    segment.time_index.write_pending()
     return truncated
 
 
@@ -108,7 +191,7 @@ def recover_segments(segments: list[LogSegment], recovery_point: int) -> list[Lo
             segment=str(seg.log_path),
             recovery_point=recovery_point,
         )
-        truncated = recover_segment(seg)
+        truncated = recover_segment(seg, recovery_point if i == start else None)
         kept.append(seg)
         if truncated > 0:
             for dead in segments[i + 1 :]:

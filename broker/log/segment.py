@@ -14,12 +14,14 @@ reader cuts to whole batches (clients never read past the high watermark, which 
 the write). Only batch headers are ever parsed
 on the append and read paths; records are decoded only for ListOffsets by timestamp.
 
-Not thread-safe except ``dup_fds`` / ``flush``; the owning Log serialises everything else on
-the event loop.
+Not thread-safe except ``sync_fds`` / ``flush_indexes`` / ``flush``; the owning Log
+serialises everything else on the event loop. Only the active segment holds a descriptor
+(see broker/log/handles.py).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from collections.abc import Iterator
@@ -28,6 +30,7 @@ from pathlib import Path
 import structlog
 
 from broker.log import disk
+from broker.log.handles import HANDLES
 from broker.log.index import OffsetIndex, TimeIndex
 from broker.log.txn_index import TXN_INDEX_FILE_SUFFIX, TransactionIndex
 from broker.log.writer import Write
@@ -67,10 +70,13 @@ _INT32 = struct.Struct(">i")
 log = structlog.get_logger("broker.log")
 
 
+#: a lazily read field not read yet
+_UNREAD = object()
+
+
 def segment_file_name(base_offset: int, suffix: str) -> str:
     """Kafka's file name: base offset as 20 zero-padded digits plus the suffix."""
     return f"{base_offset:020d}{suffix}"
-
 
 
 class LogSegment:
@@ -79,8 +85,19 @@ class LogSegment:
     ``max_timestamp_so_far`` / ``offset_of_max_timestamp_so_far`` mirror Kafka's
     maxTimestampAndOffsetSoFar (the offset is the last offset of the batch holding the max
     timestamp); ``rolling_based_timestamp`` is the max timestamp of the first batch, which
-    time-based rolling measures from.
+    time-based rolling measures from. Both are read from the files when first asked.
+
+    File handles: a segment created for appends (``active=True``) holds its ``.log`` fd
+    until ``release`` (once it is no longer appended to) or ``close``. Any other segment
+    borrows one from the process's FileHandleCache when read, so a segment no one touches
+    holds nothing; its indexes never hold one (broker/log/index.py).
     """
+
+    __slots__ = (
+        "dir", "base_offset", "index_interval_bytes", "file_suffix", "_fd", "_closed", "_size",
+        "offset_index", "time_index", "txn_index", "_bytes_since_last_index_entry",
+        "created_ms", "_max_ts", "_offset_of_max_ts", "_rolling_ts", "__weakref__",
+    )
 
     def __init__(
         self,
@@ -90,40 +107,59 @@ class LogSegment:
         *,
         now_ms: int | None = None,
         file_suffix: str = "",
+        active: bool = True,
+        size: int | None = None,
     ) -> None:
         self.dir = dir
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.file_suffix = file_suffix
-        self.log_path = dir / segment_file_name(base_offset, LOG_FILE_SUFFIX + file_suffix)
-        self.index_path = dir / segment_file_name(base_offset, INDEX_FILE_SUFFIX + file_suffix)
-        self.time_index_path = dir / segment_file_name(
-            base_offset, TIME_INDEX_FILE_SUFFIX + file_suffix
-        )
-        self.txn_index_path = dir / segment_file_name(
-            base_offset, TXN_INDEX_FILE_SUFFIX + file_suffix
-        )
-        self._fd = disk.open_file(self.log_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        self._size = os.fstat(self._fd).st_size
+        name = segment_file_name(base_offset, "")
+        self._closed = False
+        self._fd = -1
+        if active:
+            self._fd = disk.open_file(
+                self.log_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            self.offset_index = OffsetIndex(self.index_path, base_offset)
-            self.time_index = TimeIndex(self.time_index_path, base_offset)
-            self.txn_index = TransactionIndex(self.txn_index_path, base_offset)
-        except Exception:
-            os.close(self._fd)
+            if size is None:
+                size = os.fstat(self._fd).st_size if active else os.stat(self.log_path).st_size
+            self._size = size
+            new_file = active and size == 0
+            self.offset_index = OffsetIndex(
+                (dir, name + INDEX_FILE_SUFFIX + file_suffix), base_offset, create=new_file)
+            self.time_index = TimeIndex(
+                (dir, name + TIME_INDEX_FILE_SUFFIX + file_suffix), base_offset, create=new_file)
+            self.txn_index = TransactionIndex(
+                (dir, name + TXN_INDEX_FILE_SUFFIX + file_suffix), base_offset)
+        except BaseException:
+            if self._fd >= 0:
+                os.close(self._fd)
             raise
         self._bytes_since_last_index_entry = 0
         self.created_ms = system_wall_ms() if now_ms is None else now_ms
-        self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = (
-            self.time_index.last_entry()
-        )
-        self.rolling_based_timestamp: int | None = None
-        if self._size >= RECORD_BATCH_OVERHEAD:
-            first = BatchHeader(self._pread(RECORD_BATCH_OVERHEAD, 0))
-            if first.magic == MAGIC_V2:
-                self.rolling_based_timestamp = first.max_timestamp
+        self._max_ts: int | None = None  # None: read from the time index when asked
+        self._offset_of_max_ts = base_offset
+        self._rolling_ts: object = _UNREAD
 
     # -- plain accessors -------------------------------------------------------------------------
+    # Paths are built when asked, not held: a Path object per file was most of a partition's
+    # memory.
+    @property
+    def log_path(self) -> Path:
+        return self.dir / segment_file_name(self.base_offset, LOG_FILE_SUFFIX + self.file_suffix)
+
+    @property
+    def index_path(self) -> Path:
+        return self.offset_index.path
+
+    @property
+    def time_index_path(self) -> Path:
+        return self.time_index.path
+
+    @property
+    def txn_index_path(self) -> Path:
+        return self.txn_index.path
+
     @property
     def size(self) -> int:
         """Bytes in the ``.log`` file (Kafka's segment.size)."""
@@ -131,7 +167,55 @@ class LogSegment:
 
     @property
     def closed(self) -> bool:
-        return self._fd < 0
+        return self._closed
+
+    @property
+    def holds_fd(self) -> bool:
+        """Whether the segment holds its own ``.log`` fd (it is, or was just, active)."""
+        return self._fd >= 0
+
+    def _load_max_timestamp(self) -> None:
+        self._max_ts, self._offset_of_max_ts = self.time_index.last_entry()
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        if self._max_ts is None:
+            self._load_max_timestamp()
+        return self._max_ts  # type: ignore[return-value]
+
+    @max_timestamp_so_far.setter
+    def max_timestamp_so_far(self, value: int) -> None:
+        if self._max_ts is None:
+            self._load_max_timestamp()
+        self._max_ts = value
+
+    @property
+    def offset_of_max_timestamp_so_far(self) -> int:
+        if self._max_ts is None:
+            self._load_max_timestamp()
+        return self._offset_of_max_ts
+
+    @offset_of_max_timestamp_so_far.setter
+    def offset_of_max_timestamp_so_far(self, value: int) -> None:
+        if self._max_ts is None:
+            self._load_max_timestamp()
+        self._offset_of_max_ts = value
+
+    @property
+    def rolling_based_timestamp(self) -> int | None:
+        ts = self._rolling_ts
+        if ts is _UNREAD:
+            ts = None
+            if self._size >= RECORD_BATCH_OVERHEAD:
+                first = BatchHeader(self._pread(RECORD_BATCH_OVERHEAD, 0))
+                if first.magic == MAGIC_V2:
+                    ts = first.max_timestamp
+            self._rolling_ts = ts
+        return ts  # type: ignore[return-value]
+
+    @rolling_based_timestamp.setter
+    def rolling_based_timestamp(self, value: int | None) -> None:
+        self._rolling_ts = value
 
     def largest_timestamp(self) -> int:
         """Max timestamp so far, else the file's mtime: what time-based retention compares."""
@@ -142,12 +226,22 @@ class LogSegment:
     def __repr__(self) -> str:
         return (
             f"LogSegment(base_offset={self.base_offset}, size={self._size}, "
-            f"max_timestamp={self.max_timestamp_so_far})"
+            f"max_timestamp={self._max_ts})"
         )
 
     # -- I/O helpers ----------------------------------------------------------------------------
+    def _io_fd(self) -> int:
+        """The ``.log`` fd to use now: the segment's own, else one borrowed from the cache
+        (valid until the next borrow: never kept)."""
+        fd = self._fd
+        if fd >= 0:
+            return fd
+        if self._closed:
+            raise OSError(errno.EBADF, f"segment {self.log_path} is closed")
+        return HANDLES.fd_of(self)
+
     def _pread(self, n: int, pos: int) -> bytes:
-        return disk.pread(self._fd, n, pos)
+        return disk.pread(self._io_fd(), n, pos)
 
     def read_bytes(self, position: int, size: int) -> bytes:
         """Raw bytes of the ``.log`` file (tests and recovery)."""
@@ -224,14 +318,14 @@ class LogSegment:
     ) -> None:
         """Write validated, offset-stamped batches at the end; add index entries if due.
 
-        Buffered write only: durability comes from ``flush``. All or nothing: if a write of
-        the batches or of an index entry fails (ENOSPC, EIO), the files are cut back to where
-        they were, the in-memory state is untouched and the OSError is raised, so a failed
-        append never leaves part of a batch behind to be read or recovered.
+        Buffered write only: durability comes from ``flush``, which also writes the index
+        entries added here (they live in memory until then). All or nothing: if the write of
+        the batches fails (ENOSPC, EIO), the file is cut back to where it was, the in-memory
+        state is untouched and the OSError is raised, so a failed append never leaves part of
+        a batch behind to be read or recovered.
 
         With ``deferred`` the batches' write is not made here but added to it as
-        ``(fd, records, position)``, for the caller to have written (by the log dir's writer
-        thread, or coalesced with the other appends of this loop iteration) before anyone
+        ``(fd, records, position)``, for the log dir's writer thread to write before anyone
         reads or acknowledges them; the size and indexes move at once, as if written.
         """
         n = len(records)
@@ -241,13 +335,14 @@ class LogSegment:
             raise ValueError(
                 f"offset {largest_offset} overflows segment with base offset {self.base_offset}"
             )
+        fd = self._fd if self._fd >= 0 else self.hold()
         physical_position = self._size
         if deferred is None:
             view = memoryview(records)
             written = 0
             try:
                 while written < n:
-                    written += disk.pwrite(self._fd, view[written:], physical_position + written)
+                    written += disk.pwrite(fd, view[written:], physical_position + written)
             except OSError:
                 self._cut_back(physical_position)
                 raise
@@ -257,36 +352,43 @@ class LogSegment:
             max_ts, max_ts_offset = self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far
         since_index = self._bytes_since_last_index_entry
         if since_index > self.index_interval_bytes:
-            entries = self.offset_index.entries, self.time_index.entries
-            try:
-                self.offset_index.append(largest_offset, physical_position)
-                self.time_index.maybe_append(max_ts, max_ts_offset)
-            except OSError:
-                # Deferred, the batch is not in the file yet (and writes queued before it
-                # may not be either): only the indexes go back.
-                self._cut_back(physical_position if deferred is None else -1, entries)
-                raise
+            self.offset_index.append(largest_offset, physical_position)
+            self.time_index.maybe_append(max_ts, max_ts_offset)
             since_index = 0
         if deferred is not None:
-            deferred.append((self._fd, records, physical_position))
+            deferred.append((fd, records, physical_position))
         if physical_position == 0:
             self.rolling_based_timestamp = largest_timestamp
         self._size = physical_position + n
-        self.max_timestamp_so_far = max_ts
-        self.offset_of_max_timestamp_so_far = max_ts_offset
+        self._max_ts = max_ts
+        self._offset_of_max_ts = max_ts_offset
         self._bytes_since_last_index_entry = since_index + n
 
-    def _cut_back(self, position: int, index_entries: tuple[int, int] | None = None) -> None:
-        """Undo a failed append: the ``.log`` file back to ``position``, the indexes back to
-        ``index_entries``. Best effort: if the disk refuses even this, its dir goes offline
-        anyway and recovery after the restart cuts the torn tail (or keeps a whole batch that
-        was never acknowledged, as Kafka would)."""
+    def hold(self) -> int:
+        """Open the segment's own ``.log`` fd (to append to it) if it has none."""
+        if self._fd < 0:
+            if self._closed:
+                raise OSError(errno.EBADF, f"segment {self.log_path} is closed")
+            HANDLES.forget(self)
+            self._fd = disk.open_file(self.log_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                                      0o644)
+        return self._fd
+
+    def release(self) -> None:
+        """Give up the segment's own fd (it is no longer appended to, and no write queued
+        for it is pending): from now on it borrows one from the cache when read."""
+        fd = self._fd
+        if fd >= 0:
+            self._fd = -1
+            os.close(fd)
+
+    def _cut_back(self, position: int) -> None:
+        """Undo a failed append: the ``.log`` file back to ``position``. Best effort: if the
+        disk refuses even this, its dir goes offline anyway and recovery after the restart
+        cuts the torn tail (or keeps a whole batch that was never acknowledged, as Kafka
+        would)."""
         try:
-            if position >= 0:
-                disk.ftruncate(self._fd, position)
-            if index_entries is not None:
-                self.offset_index.truncate_to_entries(index_entries[0])
-                self.time_index.truncate_to_entries(index_entries[1])
+            disk.ftruncate(self._io_fd(), position)
         except OSError as e:
             log.warning("could not undo a failed append", segment=str(self.log_path),
                         position=position, error=str(e))
@@ -423,17 +525,16 @@ class LogSegment:
         self._append_final_time_index_entry()
 
     def _append_final_time_index_entry(self) -> None:
-        if self.max_timestamp_so_far >= 0 and not self.time_index.closed:
-            self.time_index.maybe_append(
-                self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far
-            )
+        # Never read (``_max_ts`` None): the time index already ends with it.
+        if self._max_ts is not None and self._max_ts >= 0 and not self._closed:
+            self.time_index.maybe_append(self._max_ts, self._offset_of_max_ts)
 
     # -- recovery support -----------------------------------------------------------------------
     def truncate_to_position(self, position: int) -> int:
         """Cut the ``.log`` file at a batch boundary; returns bytes removed."""
         removed = self._size - position
         if removed > 0:
-            disk.ftruncate(self._fd, position)
+            disk.ftruncate(self._io_fd(), position)
             self._size = position
             self.offset_index.truncate_to_position(position)
         if self._size == 0:
@@ -443,63 +544,71 @@ class LogSegment:
     def reset_state_after_recovery(
         self, max_timestamp: int, offset_of_max_timestamp: int, bytes_since_index: int
     ) -> None:
-        self.max_timestamp_so_far = max_timestamp
-        self.offset_of_max_timestamp_so_far = offset_of_max_timestamp
+        self._max_ts = max_timestamp
+        self._offset_of_max_ts = offset_of_max_timestamp
         self._bytes_since_last_index_entry = bytes_since_index
-        self.rolling_based_timestamp = None
-        if self._size >= RECORD_BATCH_OVERHEAD:
-            self.rolling_based_timestamp = BatchHeader(
-                self._pread(RECORD_BATCH_OVERHEAD, 0)
-            ).max_timestamp
+        self._rolling_ts = _UNREAD
 
     # -- durability and lifecycle ---------------------------------------------------------------
-    def dup_fds(self) -> list[int]:
-        """Private duplicates of the fds (the transaction index's once it has a file), for an
-        fsync that may outlive close()."""
-        fds: list[int] = []
+    def sync_fds(self, own: bool) -> list[tuple[int, bool]]:
+        """Descriptors to fsync the ``.log`` file through, each with whether to close it
+        after: the segment's own (``own``, for the writer's sync thread), a duplicate of it
+        (it may be closed meanwhile), or, for a segment holding none, a fresh one by path
+        (never a cached one, which the loop may close and reuse). Empty if the file is gone.
+        Index entries are written and fsynced by ``flush_indexes``."""
+        fd = self._fd
+        if fd >= 0:
+            return [(fd, False)] if own else [(os.dup(fd), True)]
         try:
-            fds.append(os.dup(self._fd))
-            fds.append(self.offset_index.dup_fd())
-            fds.append(self.time_index.dup_fd())
-            txn_fd = self.txn_index.dup_fd()
-            if txn_fd is not None:
-                fds.append(txn_fd)
-        except OSError:
-            for fd in fds:
-                os.close(fd)
-            raise
-        return fds
+            return [(disk.open_file(self.log_path, os.O_RDONLY | os.O_CLOEXEC), True)]
+        except FileNotFoundError:
+            return []  # deleted or renamed meanwhile: nothing of it left to make durable
 
-    def dup_log_fd(self) -> int:
-        """A private duplicate of the ``.log`` fd: a cleaner thread reads through it."""
-        return os.dup(self._fd)
-
-    def flush(self) -> None:
-        """fsync the log and the indexes (Kafka's LogSegment.flush)."""
-        disk.fsync(self._fd)
+    def flush_indexes(self) -> None:
+        """Write and fsync the index entries not yet in the files (a no-op when none)."""
+        if self._closed:
+            return
         self.offset_index.flush()
         self.time_index.flush()
         self.txn_index.flush()
 
+    def dup_log_fd(self) -> int:
+        """A private descriptor of the ``.log`` file: a cleaner thread reads through it."""
+        if self._fd >= 0:
+            return os.dup(self._fd)
+        return disk.open_file(self.log_path, os.O_RDONLY | os.O_CLOEXEC)
+
+    def flush(self) -> None:
+        """fsync the log and the indexes (Kafka's LogSegment.flush)."""
+        for fd, close in self.sync_fds(own=True):
+            try:
+                disk.fsync(fd)
+            finally:
+                if close:
+                    os.close(fd)
+        self.flush_indexes()
+
     def close(self) -> None:
-        """Write the final time index entry and close the files (no fsync: see Log.close)."""
-        if self._fd < 0:
+        """Write the final time index entry and the pending index entries, then close the
+        file (no fsync: see Log.close)."""
+        if self._closed:
             return
         self._append_final_time_index_entry()
-        self.offset_index.close()
-        self.time_index.close()
-        self.txn_index.close()
-        os.close(self._fd)
-        self._fd = -1
+        try:
+            self.offset_index.close()
+            self.time_index.close()
+            self.txn_index.close()
+        finally:
+            self.close_quietly()
 
     def close_quietly(self) -> None:
-        """Close without touching the indexes' contents (used before deleting the files)."""
-        if self._fd >= 0:
-            os.close(self._fd)
+        """Close without writing anything (used before deleting the files)."""
+        self._closed = True
+        fd = self._fd
+        if fd >= 0:
             self._fd = -1
-        self.offset_index.close()
-        self.time_index.close()
-        self.txn_index.close()
+            os.close(fd)
+        HANDLES.forget(self)
 
     def change_file_suffix(self, new_suffix: str) -> None:
         """Rename the segment's files from the current suffix to ``new_suffix`` while open
@@ -514,10 +623,6 @@ class LogSegment:
             index.path = target
         target = _with_suffix(self.log_path, old_suffix, new_suffix)
         os.replace(self.log_path, target)
-        self.log_path = target
-        self.index_path = self.offset_index.path
-        self.time_index_path = self.time_index.path
-        self.txn_index_path = self.txn_index.path
         self.file_suffix = new_suffix
 
     def file_paths(self) -> list[Path]:

@@ -15,15 +15,16 @@ Invariants:
   appended in offset order.
 * Like Kafka, the file is created only when the first entry is written; a segment without
   aborted transactions has no ``.txnindex`` file.
-* The entries are also kept in memory (a segment rarely holds many aborts), so ``collect``
-  reads no file. The file is written through the disk seam, so a failing disk is reported as
-  for every other file of the log.
+* The entries are also kept in memory once read (a segment rarely holds many aborts), so
+  ``collect`` reads no file; no descriptor is held between writes. The file is written
+  through the disk seam, so a failing disk is reported as for every other file of the log.
 """
 
 from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -92,44 +93,74 @@ class TxnIndexSearchResult(NamedTuple):
 class TransactionIndex:
     """The aborted transactions whose markers are in one segment.
 
-    Opening reads the file whole. A torn last entry (a crash in the middle of its write) is
-    cut off, as Kafka's reader never sees a partial entry; entries whose last offset is below
-    the segment's base offset fail the sanity check.
+    The file is read whole when the entries are first needed (``entries``), and holds no
+    descriptor: each append opens, writes and closes it (aborts are rare) and ``flush``
+    fsyncs it only if something was written since. A torn last entry (a crash in the middle
+    of its write) is cut off, as Kafka's reader never sees a partial entry; entries whose
+    last offset is below the segment's base offset fail the sanity check.
     """
 
-    def __init__(self, path: Path, start_offset: int) -> None:
-        self.path = path
+    __slots__ = ("_dir", "_name", "start_offset", "_entries", "_unsynced")
+
+    def __init__(self, path: Path | tuple[Path, str], start_offset: int) -> None:
+        """``path`` or ``(dir, file name)``, as the other indexes."""
+        self._dir, self._name = path if isinstance(path, tuple) else (path.parent, path.name)
         self.start_offset = start_offset
-        self._fd = -1
-        self.entries: list[AbortedTxn] = []
-        if path.exists():
-            self._open()
-            data = disk.pread(self._fd, os.fstat(self._fd).st_size, 0)
+        self._entries: list[AbortedTxn] | None = None  # None: not read yet
+        self._unsynced = False
+
+    @property
+    def path(self) -> Path:
+        return self._dir / self._name
+
+    @path.setter
+    def path(self, path: Path) -> None:
+        self._dir, self._name = path.parent, path.name
+
+    @property
+    def entries(self) -> list[AbortedTxn]:
+        entries = self._entries
+        if entries is None:
+            entries = self._entries = self._read()
+        return entries
+
+    @entries.setter
+    def entries(self, value: list[AbortedTxn]) -> None:
+        self._entries = value
+
+    def _read(self) -> list[AbortedTxn]:
+        try:
+            fd = disk.open_file(self.path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return []
+        try:
+            data = disk.pread(fd, os.fstat(fd).st_size, 0)
             whole = len(data) - len(data) % ABORTED_TXN_SIZE
-            try:
-                self.entries = [
-                    AbortedTxn.from_bytes(data, p) for p in range(0, whole, ABORTED_TXN_SIZE)
-                ]
-            except TxnIndexCorruptError:
-                self.close()
-                raise
+            entries = [AbortedTxn.from_bytes(data, p) for p in range(0, whole, ABORTED_TXN_SIZE)]
             if whole != len(data):
                 log.warning(
                     "dropping a torn transaction index entry",
-                    path=str(path),
+                    path=str(self.path),
                     size=len(data),
                     kept=whole,
                 )
-                disk.ftruncate(self._fd, whole)
+                disk.ftruncate(fd, whole)
+        finally:
+            os.close(fd)
+        return entries
 
-    def _open(self) -> int:
-        if self._fd < 0:
-            self._fd = disk.open_file(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        return self._fd
+    def _with_file(self, action: Callable[[int], object]) -> None:
+        fd = disk.open_file(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            action(fd)
+        finally:
+            os.close(fd)
+        self._unsynced = True
 
     @property
     def last_offset(self) -> int | None:
-        return self.entries[-1].last_offset if self.entries else None
+        entries = self.entries
+        return entries[-1].last_offset if entries else None
 
     @property
     def size_in_bytes(self) -> int:
@@ -144,19 +175,22 @@ class TransactionIndex:
                 f"{txn.last_offset} is not greater than current last offset {last} of index "
                 f"{self.path}"
             )
-        fd = self._open()
         position = self.size_in_bytes
         data = memoryview(txn.to_bytes())
-        written = 0
-        try:
-            while written < len(data):
-                written += disk.pwrite(fd, data[written:], position + written)
-        except OSError:
+
+        def write(fd: int) -> None:
+            written = 0
             try:
-                disk.ftruncate(fd, position)
+                while written < len(data):
+                    written += disk.pwrite(fd, data[written:], position + written)
             except OSError:
-                pass  # the dir goes offline anyway; loading drops a torn entry
-            raise
+                try:
+                    disk.ftruncate(fd, position)
+                except OSError:
+                    pass  # the dir goes offline anyway; loading drops a torn entry
+                raise
+
+        self._with_file(write)
         self.entries.append(txn)
 
     def collect(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearchResult:
@@ -173,18 +207,19 @@ class TransactionIndex:
 
     def truncate_to(self, offset: int) -> None:
         """Drop the entries whose marker is at or above ``offset`` (Kafka's truncateTo)."""
-        for i, txn in enumerate(self.entries):
+        entries = self.entries
+        for i, txn in enumerate(entries):
             if txn.last_offset >= offset:
-                if self._fd >= 0 or self.path.exists():
-                    disk.ftruncate(self._open(), i * ABORTED_TXN_SIZE)
-                del self.entries[i:]
+                if self.path.exists():
+                    self._with_file(lambda fd, n=i: disk.ftruncate(fd, n * ABORTED_TXN_SIZE))
+                del entries[i:]
                 return
 
     def reset(self) -> None:
         """Remove every entry (recovery rebuilds the index from the segment's markers)."""
-        if self._fd >= 0 or self.path.exists():
-            disk.ftruncate(self._open(), 0)
-        self.entries = []
+        if self.path.exists():
+            self._with_file(lambda fd: disk.ftruncate(fd, 0))
+        self._entries = []
 
     def sanity_check(self) -> None:
         """Kafka's sanityCheck: no entry may end below the segment's base offset."""
@@ -195,27 +230,26 @@ class TransactionIndex:
                     f"than start offset {self.start_offset}"
                 )
 
-    def dup_fd(self) -> int | None:
-        """A private duplicate of the fd for an fsync that may outlive close(); None while
-        the index has no file."""
-        return os.dup(self._fd) if self._fd >= 0 else None
-
     def flush(self) -> None:
-        if self._fd >= 0:
-            disk.fsync(self._fd)
+        """fsync what was written since the last flush (nothing to do when nothing was)."""
+        if not self._unsynced:
+            return
+        try:
+            fd = disk.open_file(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            self._unsynced = False
+            return
+        try:
+            disk.fsync(fd)
+        finally:
+            os.close(fd)
+        self._unsynced = False
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-    @property
-    def closed(self) -> bool:
-        return self._fd < 0
+        """Nothing to close: the index holds no descriptor."""
 
     def delete(self) -> None:
-        """Close and remove the file (with its segment)."""
-        self.close()
+        """Remove the file (with its segment)."""
         self.path.unlink(missing_ok=True)
 
     def __repr__(self) -> str:

@@ -21,7 +21,6 @@ import asyncio
 import os
 import threading
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import structlog
@@ -32,7 +31,7 @@ from broker.log.dir_failure import KafkaStorageError
 if TYPE_CHECKING:
     from broker.log.log import Log
 
-__all__ = ["LogDirWriter", "WriteCoalescer", "Write", "write_all"]
+__all__ = ["LogDirWriter", "Write", "write_all"]
 
 logger = structlog.get_logger("broker.log")
 
@@ -272,65 +271,3 @@ class LogDirWriter:
 def _on_written(durable: Durable) -> None:
     for log, (end, seconds) in durable.items():
         log.on_written(end, seconds)
-
-
-class WriteCoalescer:
-    """The appends of one event-loop iteration, written together at its end, on the loop.
-
-    For logs that do not fsync every batch: each append adds its write here instead of
-    making it, and the first one of an iteration schedules ``flush`` (``loop.call_soon``), which
-    writes each log's batches of the iteration (contiguous ones as one ``pwritev``), then tells
-    each log (``Log.coalesced_written``: its high watermark moves) and then runs the callbacks
-    waiting on the iteration's writes (acks=1 answers), so no answer leaves before its write.
-    A failed write takes its dir offline; the other dirs' writes go on.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._thread = threading.get_ident()
-        self._pending: dict[Log, list[Write]] = {}
-        self._after: list[Callable[[], object]] = []
-        self._scheduled = False
-
-    @property
-    def pending(self) -> bool:
-        return bool(self._pending)
-
-    def add(self, log: Log, writes: list[Write]) -> None:
-        queued = self._pending.get(log)
-        if queued is None:
-            self._pending[log] = writes
-        else:
-            queued.extend(writes)
-        if not self._scheduled:
-            self._scheduled = True
-            self._loop.call_soon(self.flush)
-
-    def after_write(self, callback: Callable[[], object]) -> None:
-        """Run ``callback`` once this iteration's writes are made (or failed)."""
-        self._after.append(callback)
-        if not self._scheduled:
-            self._scheduled = True
-            self._loop.call_soon(self.flush)
-
-    def flush_here(self) -> None:
-        """Write what is pending now, if called on the loop's thread (a close, a delete or a
-        swap waits for no iteration's end); elsewhere nothing (the loop writes it soon)."""
-        if self._pending and threading.get_ident() == self._thread:
-            self.flush()
-
-    def flush(self) -> None:
-        self._scheduled = False
-        pending, self._pending = self._pending, {}
-        for log, writes in pending.items():
-            if log.offline or log.closed:
-                continue  # its dir failed earlier in this flush, or before
-            try:
-                write_all(writes)
-            except OSError as e:
-                log.dir_failed("writing", e)
-                continue
-            log.coalesced_written()
-        after, self._after = self._after, []
-        for callback in after:
-            callback()

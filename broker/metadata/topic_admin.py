@@ -151,11 +151,24 @@ class TopicAdmin:
         self.check_new_topic(name, partitions, configs)
         if not self.log_manager.live_log_dirs:  # before the topic is recorded without logs
             raise KafkaStorageError("every log dir is offline: no log can be created")
-        info = self.metadata.add(name, partitions, configs)
+        self._create_logs(name, partitions, self.log_config(configs))
+        info = self.metadata.add(name, partitions, configs)  # recorded once its logs exist
         for index in range(partitions):
             self._open_partition(info, index)
         log.info("topic created", topic=name, partitions=partitions, configs=configs)
         return info
+
+    def _create_logs(self, name: str, partitions: int, cfg: LogConfig) -> None:
+        """Every partition's log, or none: a log that can not be created (no descriptor
+        left, a failing disk) removes the ones made before it, so nothing is recorded that a
+        restart could not open."""
+        try:
+            for index in range(partitions):
+                self.log_manager.create_log(name, index, cfg)
+        except KafkaError:
+            for index in range(partitions):
+                self.log_manager.delete_log((name, index))
+            raise
 
     def auto_create(self, name: str) -> TopicInfo | None:
         """Kafka's auto.create.topics.enable: a metadata request for a new name creates it."""

@@ -1,9 +1,9 @@
 """Replica state of one partition on this broker: its log, high watermark and leader epoch.
 
 The high watermark is the offset up to which data counts as committed. With one replica that is
-the offset made durable as the flush policy defines it: every append once written (at the end
-of the loop iteration when the LogManager coalesces writes) when the policy does not fsync per
-message, and the last fsynced offset when it does (log.flush.interval.messages=1).
+the offset made durable as the flush policy defines it: every append once written when the
+policy does not fsync per message, and the last fsynced offset when it does
+(log.flush.interval.messages=1).
 Replication will move it later; nothing else here assumes a single replica.
 
 A partition whose log dir failed is offline (Kafka's HostedPartition.Offline): it stays known
@@ -119,16 +119,7 @@ class Partition:
             if info.size and self.log.writes_on_writer:
                 self._unwritten.append((self.log.log_end_offset, self.appended_bytes))
             return info, False
-        if self.log.unwritten_from is not None:
-            return info, False  # written at the loop iteration's end: on_written_out moves it
         return info, self.advance_high_watermark(self.log.log_end_offset, self.appended_bytes)
-
-    def on_written_out(self, end_offset: int) -> bool:
-        """The coalescer wrote everything below ``end_offset``: readable now, unless the high
-        watermark waits for the fsync. Whether it moved."""
-        if self.hw_gated_by_flush:
-            return False
-        return self.advance_high_watermark(end_offset, self.appended_bytes)
 
     def on_durable(self, end_offset: int) -> bool:
         """The log dir's writer wrote and fsynced everything below ``end_offset``: the high

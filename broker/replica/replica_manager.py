@@ -31,7 +31,6 @@ from broker.log.txn_index import AbortedTxn
 from broker.metrics.instruments import Histogram
 from broker.replica.delayed_fetch import DelayedFetch
 from broker.replica.delayed_produce import DelayedProduce
-from broker.replica.delayed_result import Completion
 from broker.replica.partition import Partition
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import (
@@ -157,37 +156,10 @@ class ReplicaManager:
         waits = acks == -1 or any(
             (p := partitions.get(tp)) is not None and p.hw_gated_by_flush for tp in results)
         if not waits:
-            return self._await_written(results)
+            return results  # acks=1: each batch was written where it was appended
         op = DelayedProduce(timeout_ms, partitions, results)
         self.produce_purgatory.try_complete_else_watch(op, list(results))
         return op.future
-
-    def _await_written(self, results: ProduceResults
-                       ) -> ProduceResults | Awaitable[ProduceResults]:
-        """acks=1: answered once its batches are written. Appends coalesced to the end of the
-        loop iteration answer then; a partition whose write failed answers
-        KAFKA_STORAGE_ERROR (its dir is offline, its batch never became readable)."""
-        partitions = self.partitions
-        coalescer = None
-        for tp, r in results.items():
-            p = partitions.get(tp)
-            if p is not None and r.error == ErrorCode.NONE and p.log.unwritten_from is not None:
-                coalescer = p.log.coalescer
-                break
-        if coalescer is None:
-            return results
-        answer: Completion[ProduceResults] = Completion()
-
-        def written() -> None:
-            for tp, r in results.items():
-                p = partitions.get(tp)
-                if r.error == ErrorCode.NONE and p is not None and p.offline:
-                    r.error = ErrorCode.KAFKA_STORAGE_ERROR
-                    r.message = f"the write to {tp[0]}-{tp[1]} failed"
-            answer.set_result(results)
-
-        coalescer.after_write(written)
-        return answer
 
     def _verify_transaction(
         self, entries: list[tuple[TopicPartition, bytes | None]], transactional_id: str | None,
@@ -432,12 +404,6 @@ class ReplicaManager:
         if plog.unflushed_messages >= plog.config.flush_interval_messages:
             self.request_flush(partition)
 
-    def _on_written_out(self, partition: Partition, end_offset: int) -> None:
-        """The coalescer wrote ``partition``'s appends of this loop iteration."""
-        if self.partitions.get(partition.key) is partition and partition.on_written_out(
-                end_offset):
-            self.on_high_watermark(partition)
-
     def _on_durable(self, partition: Partition, end_offset: int, seconds: float) -> None:
         """The log dir's writer made ``partition`` durable below ``end_offset``, on the loop."""
         self.flush_time.observe(seconds)
@@ -461,9 +427,6 @@ class ReplicaManager:
             while True:
                 partition.flush_again = False
                 end_offset, end_bytes = partition.log_end_offset, partition.appended_bytes
-                unwritten = partition.log.unwritten_from  # coalesced, written soon: not yet
-                if unwritten is not None:
-                    end_offset = min(end_offset, unwritten)
                 elapsed = await loop.run_in_executor(self._flush_executor, _timed_flush,
                                                      partition.log)
                 if elapsed is not None:
@@ -515,7 +478,6 @@ class ReplicaManager:
     def add_partition(self, partition: Partition) -> None:
         self.partitions[partition.key] = partition
         partition.log.on_durable = functools.partial(self._on_durable, partition)
-        partition.log.on_written_out = functools.partial(self._on_written_out, partition)
         self.opened_at[partition.key] = partition.log_end_offset
         channel = partition.log.failure_channel
         if not any(c is channel for c in self._failure_channels):

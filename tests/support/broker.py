@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -30,6 +31,8 @@ class BrokerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir / "broker.log"
         self._log_offset = 0
+        #: run in the child before the broker starts (e.g. resource.setrlimit for a test)
+        self.preexec_fn: Callable[[], None] | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -51,7 +54,8 @@ class BrokerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, stdout=log, stderr=log, env={**os.environ})
+        self.proc = subprocess.Popen(args, stdout=log, stderr=log, env={**os.environ},
+                                     preexec_fn=self.preexec_fn)
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

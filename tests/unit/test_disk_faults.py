@@ -173,28 +173,30 @@ async def test_a_full_disk_on_append_takes_only_its_dir_offline(
     assert {c.log_manager.log_dir_of(("later", p)) for p in (0, 1)} == {dirs.a}
 
 
-async def test_a_failed_index_write_leaves_no_batch_behind(
+async def test_a_failed_index_write_takes_the_dir_offline_and_keeps_what_was_acknowledged(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The second batch is due an index entry; writing it fails (EIO): the batch is cut
-    from the segment too, so nothing of it is read now or recovered later."""
+    """Index entries stay in memory until a flush writes them; writing them fails (EIO): the
+    dir goes offline, and the batches acknowledged before are all there after the restart,
+    their index rebuilt by recovery."""
     d = start(tmp_path, {"index.interval.bytes": "1"})
     c, tp_b = d.c, d.tp_b
     try:
         assert produce_now(c, tp_b, [b"first"]) == (ErrorCode.NONE, 0)
-        log_before, index_before = segment_sizes(d.b, tp_b), segment_sizes(d.b, tp_b, ".index")
+        assert produce_now(c, tp_b, [b"second"]) == (ErrorCode.NONE, 1)
+        assert segment_sizes(d.b, tp_b, ".index") == [0], "written at append"
         fault = DiskFault(monkeypatch, "pwrite", d.b, err=errno.EIO, suffix=".index")
-        assert produce_now(c, tp_b, [b"second"]) == (STORAGE, -1)
+        c.log_manager.flush_all()
         assert fault.failed == 1
         fault.armed = False
-        assert segment_sizes(d.b, tp_b) == log_before
-        assert segment_sizes(d.b, tp_b, ".index") == index_before
-        assert d.partition(tp_b).log_end_offset == 1
+        assert c.log_manager.offline_dirs == 1
+        assert produce_now(c, tp_b, [b"refused"]) == (STORAGE, -1)
     finally:
         await c.close()
     again = start(tmp_path)
     try:
-        assert read_all(again.c, tp_b) == [(0, b"first")]
-        assert produce_now(again.c, tp_b, [b"third"]) == (ErrorCode.NONE, 1)
+        assert read_all(again.c, tp_b) == [(0, b"first"), (1, b"second")]
+        assert produce_now(again.c, tp_b, [b"third"]) == (ErrorCode.NONE, 2)
+        assert read_all(again.c, tp_b)[-1] == (2, b"third")
     finally:
         await again.c.close()
 

@@ -550,8 +550,8 @@ def test_a_corrupt_batch_marks_the_partition_uncleanable(env: Env) -> None:
     # a record count that does not match the records: the parser refuses it
     data = bytearray(seg.read_bytes(0, seg.size))
     data[57:61] = (5).to_bytes(4, "big")
-    import os
-    os.pwrite(seg._fd, bytes(data), 0)
+    with seg.log_path.open("r+b") as f:  # an inactive segment holds no descriptor
+        f.write(bytes(data))
     assert env.clean()
     assert ("t", 0) in env.cleaner.stats.uncleanable_partitions
     assert not env.clean()  # skipped from now on

@@ -24,7 +24,7 @@ from broker.log.manager import CLEAN_SHUTDOWN_FILE
 from broker.log.writer import write_all
 from protocol.errors import ErrorCode
 from tests.support.components import build
-from tests.support.requests import fetched_values, record_batch
+from tests.support.requests import record_batch
 from tests.unit.test_disk_faults import (
     STORAGE,
     TOPIC,
@@ -264,118 +264,23 @@ def _log_size(d: TwoDirs, tp: TP) -> int:
     return sum(p.stat().st_size for p in (d.b / f"{tp[0]}-{tp[1]}").glob("*.log"))
 
 
-
-# -- the coalescer: the other logs' appends of one loop iteration, written together ------------
-
-def start_coalescing(tmp_path: Path) -> TwoDirs:
-    """As ``start``, with the LogManager coalescing writes (as the broker runs it)."""
-    a, b = tmp_path / "a", tmp_path / "b"
-    c = build(a, {"log.dirs": f"{a},{b}", "offsets.topic.num.partitions": "1"})
-    c.log_manager.coalesce_writes = True
-    if TOPIC not in c.metadata.topics:
-        c.topics.create_topic(TOPIC, 2, {})
-    dirs = {p: c.log_manager.log_dir_of((TOPIC, p)) for p in (0, 1)}
-    [pa] = [p for p, dd in dirs.items() if dd == a]
-    [pb] = [p for p, dd in dirs.items() if dd == b]
-    return TwoDirs(c, a, b, (TOPIC, pa), (TOPIC, pb))
-
-
-async def test_the_appends_of_one_iteration_go_as_one_write_before_their_answers(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    d = start_coalescing(tmp_path)
-    c, tp = d.c, d.tp_b
-    calls = Calls(monkeypatch)
-    try:
-        parked_fetch = fetch(c, tp, 0, max_wait_ms=30_000)
-        answers = [produce(c, tp, [b"v%d" % i], acks=1) for i in range(8)]
-        assert all(not isinstance(a, dict) for a in answers)
-        assert calls.calls == [], "written before the iteration's end"
-        assert not any(a.done() for a in answers)
-        p = d.partition(tp)
-        assert (p.log_end_offset, p.high_watermark) == (8, 0), "readable before written"
-        assert read_all(c, tp) == []
-        offsets = [(await wait(a))[tp].base_offset for a in answers]
-        assert offsets == list(range(8))
-        assert [x[0] for x in calls.calls] == ["pwritev"], calls.calls
-        assert p.high_watermark == 8
-        [fetched] = await wait(parked_fetch)
-        assert len(fetched_values(fetched.records)) == 8
-        # The next iteration's appends are the next write.
-        assert (await wait(produce(c, tp, [b"later"], acks=1)))[tp].base_offset == 8
-        assert [x[0] for x in calls.calls] == ["pwritev", "pwrite"]
-        assert [v for _, v in read_all(c, tp)] == [b"v%d" % i for i in range(8)] + [b"later"]
-    finally:
-        await c.close()
-
-
-async def test_a_failed_coalesced_write_answers_storage_error_and_other_dirs_go_on(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    d = start_coalescing(tmp_path)
-    c, tp_a, tp_b = d.c, d.tp_a, d.tp_b
-    try:
-        assert (await wait(produce(c, tp_b, [b"kept"])))[tp_b].error == ErrorCode.NONE
-        size_before = _log_size(d, tp_b)
-        faults = [DiskFault(monkeypatch, call, d.b, suffix=".log")
-                  for call in ("pwrite", "pwritev")]
-        lost = [produce(c, tp_b, [b"lost-%d" % i]) for i in range(3)]
-        other = produce(c, tp_a, [b"a"])
-        assert [(await wait(f))[tp_b].error for f in lost] == [STORAGE] * 3
-        assert (await wait(other))[tp_a].error == ErrorCode.NONE
-        assert sum(f.failed for f in faults) == 1
-        for f in faults:
-            f.armed = False
-        pb = d.partition(tp_b)
-        assert pb.high_watermark == 1
-        assert _log_size(d, tp_b) == size_before
-        [result] = fetch(c, tp_b, 0)
-        assert result.error == STORAGE
-        assert read_all(c, tp_a) == [(0, b"a")]
-    finally:
-        await c.close()
-    again = start(tmp_path)
-    try:
-        assert read_all(again.c, tp_b) == [(0, b"kept")]
-    finally:
-        await again.c.close()
-
-
-async def test_closing_and_deleting_write_what_the_iteration_holds_first(
-        tmp_path: Path) -> None:
-    d = start_coalescing(tmp_path)
-    c, tp = d.c, d.tp_b
-    c.topics.create_topic("gone", 1, {})
-    produce(c, ("gone", 0), [b"g"])
-    c.topics.delete_topic("gone")  # nothing writes to its closed files afterwards
-    pending = [produce(c, tp, [b"v%d" % i]) for i in range(3)]
-    await c.close()  # in the same iteration as the appends
-    assert [(await wait(f))[tp].error for f in pending] == [ErrorCode.NONE] * 3
-    assert (d.b / CLEAN_SHUTDOWN_FILE).exists()
-    again = start(tmp_path)
-    try:
-        assert read_all(again.c, tp) == [(i, b"v%d" % i) for i in range(3)]
-    finally:
-        await again.c.close()
-
-
 async def test_without_writers_flush_per_message_still_waits_for_the_fsync(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """LogManager(log_dir_writers=False), coalescing or not: the loop writes, the flusher
-    fsyncs, and the high watermark never passes either."""
-    for coalesce in (False, True):
-        a = tmp_path / f"c{coalesce}"
-        c = build(a, {"offsets.topic.num.partitions": "1"})
-        c.log_manager.log_dir_writers = False
-        c.log_manager.coalesce_writes = coalesce
-        c.topics.create_topic(TOPIC, 1, FLUSH_EACH)
-        tp = (TOPIC, 0)
-        try:
-            parked = [produce(c, tp, [b"v%d" % i], acks=ack)
-                      for i, ack in enumerate((1, -1, 1, -1))]
-            p = c.replica_manager.partitions[tp]
-            assert p.log.writer is None and p.high_watermark == 0
-            for f in parked:
-                assert (await wait(f))[tp].error == ErrorCode.NONE
-            assert (p.high_watermark, p.log.recovery_point) == (4, 4)
-            assert [v for _, v in read_all(c, tp)] == [b"v%d" % i for i in range(4)]
-        finally:
-            await c.close()
+    """LogManager(log_dir_writers=False): the loop writes, the flusher fsyncs, and the high
+    watermark never passes either."""
+    a = tmp_path / "c"
+    c = build(a, {"offsets.topic.num.partitions": "1"})
+    c.log_manager.log_dir_writers = False
+    c.topics.create_topic(TOPIC, 1, FLUSH_EACH)
+    tp = (TOPIC, 0)
+    try:
+        parked = [produce(c, tp, [b"v%d" % i], acks=ack)
+                  for i, ack in enumerate((1, -1, 1, -1))]
+        p = c.replica_manager.partitions[tp]
+        assert p.log.writer is None and p.high_watermark == 0
+        for f in parked:
+            assert (await wait(f))[tp].error == ErrorCode.NONE
+        assert (p.high_watermark, p.log.recovery_point) == (4, 4)
+        assert [v for _, v in read_all(c, tp)] == [b"v%d" % i for i in range(4)]
+    finally:
+        await c.close()
