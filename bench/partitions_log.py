@@ -30,8 +30,8 @@ import time
 import tracemalloc
 from pathlib import Path
 
+from broker.log.config import LogConfig
 from broker.log.handles import raise_open_file_limit
-from broker.log.log import LogConfig
 from broker.log.manager import LogManager
 from broker.log.recovery import STATS
 from broker.logging import configure

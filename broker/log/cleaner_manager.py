@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from broker.log.checkpoint import read_offset_checkpoint, write_offset_checkpoint
 from broker.log.dir_failure import LogDirFailureChannel
-from broker.log.manager import read_offset_checkpoint, write_offset_checkpoint
 
 if TYPE_CHECKING:
     from broker.log.log import Log

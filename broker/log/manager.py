@@ -46,6 +46,8 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from broker.log import disk
+from broker.log.checkpoint import read_offset_checkpoint, write_offset_checkpoint
+from broker.log.config import LogConfig
 from broker.log.dir_failure import KafkaStorageError, LogDirFailureChannel
 from broker.log.handles import (
     HANDLES,
@@ -56,7 +58,7 @@ from broker.log.handles import (
     open_file_limit_error,
     raise_open_file_limit,
 )
-from broker.log.log import Log, LogConfig, parse_topic_partition_dir
+from broker.log.log import Log, parse_topic_partition_dir
 from broker.log.recovery import STATS as RECOVERY_STATS
 from broker.log.writer import LogDirWriter
 from purgatory.clock import WallClock
@@ -70,8 +72,6 @@ __all__ = [
     "CLEAN_SHUTDOWN_FILE",
     "RECOVERY_POINT_CHECKPOINT_FILE",
     "LOG_START_OFFSET_CHECKPOINT_FILE",
-    "read_offset_checkpoint",
-    "write_offset_checkpoint",
 ]
 
 logger = structlog.get_logger("broker.log.manager")
@@ -82,42 +82,6 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT_FILE = "log-start-offset-checkpoint"
 LOCK_FILE = ".lock"
-_CHECKPOINT_VERSION = 0
-
-
-def read_offset_checkpoint(path: Path) -> dict[TopicPartition, int]:
-    """Parse Kafka's offset checkpoint text format; a missing file reads as empty."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return {}
-    lines = text.splitlines()
-    if len(lines) < 2:
-        raise ValueError(f"malformed checkpoint {path}: too short")
-    version = int(lines[0].strip())
-    if version != _CHECKPOINT_VERSION:
-        raise ValueError(f"unrecognised version {version} in checkpoint {path}")
-    expected = int(lines[1].strip())
-    out: dict[TopicPartition, int] = {}
-    for line in lines[2:]:
-        if not line.strip():
-            continue
-        parts = line.split()
-        if len(parts) != 3:
-            raise ValueError(f"malformed line {line!r} in checkpoint {path}")
-        out[(parts[0], int(parts[1]))] = int(parts[2])
-    if len(out) != expected:
-        raise ValueError(f"checkpoint {path} announces {expected} entries, holds {len(out)}")
-    return out
-
-
-def write_offset_checkpoint(path: Path, offsets: dict[TopicPartition, int]) -> None:
-    """Write atomically: temp file, fsync, rename, fsync the directory."""
-    lines = [str(_CHECKPOINT_VERSION), str(len(offsets))]
-    lines += [f"{t} {p} {o}" for (t, p), o in sorted(offsets.items())]
-    disk.atomic_write(path, ("\n".join(lines) + "\n").encode("utf-8"))
-
-
 class LogDirLockedError(RuntimeError):
     """A log dir's lock is held by another process (another broker on the same dir)."""
 

@@ -51,7 +51,7 @@ from protocol.record_batch import (
 )
 
 if TYPE_CHECKING:
-    from broker.log.log import LogConfig
+    from broker.log.config import LogConfig
 
 __all__ = [
     "TOPIC_CODECS",

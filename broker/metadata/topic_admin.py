@@ -10,8 +10,8 @@ from __future__ import annotations
 import structlog
 
 from broker.config import BrokerConfig, value_text
+from broker.log.config import LogConfig
 from broker.log.dir_failure import KafkaStorageError
-from broker.log.log import LogConfig
 from broker.log.manager import LogManager
 from broker.metadata.dynamic_config import TOPIC_DEFAULT_KEYS, DynamicBrokerConfig
 from broker.metadata.file_store import (

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from broker.log.log import Log, LogConfig
+from broker.log.config import LogConfig
+from broker.log.log import Log
 
 T0 = 1_700_000_000_000
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from broker.log.checkpoint import read_offset_checkpoint, write_offset_checkpoint
 from broker.log.cleaner_manager import (
     CLEANER_OFFSET_CHECKPOINT_FILE,
     CleanerManager,
@@ -16,8 +17,9 @@ from broker.log.cleaner_manager import (
     cleanable_offsets,
     max_compaction_delay,
 )
-from broker.log.log import Log, LogConfig
-from broker.log.manager import LogManager, read_offset_checkpoint, write_offset_checkpoint
+from broker.log.config import LogConfig
+from broker.log.log import Log
+from broker.log.manager import LogManager
 
 T0 = 1_700_000_000_000
 TP = ("t", 0)

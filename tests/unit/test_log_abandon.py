@@ -8,11 +8,8 @@ from pathlib import Path
 import pytest
 
 from broker.log import LogConfig, LogManager
-from broker.log.manager import (
-    CLEAN_SHUTDOWN_FILE,
-    RECOVERY_POINT_CHECKPOINT_FILE,
-    read_offset_checkpoint,
-)
+from broker.log.checkpoint import read_offset_checkpoint
+from broker.log.manager import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT_FILE
 from protocol.record_batch import iter_batches
 from tests.unit.test_log_manager import T0, batch
 

@@ -19,6 +19,7 @@ import kafka.codec as codecs
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
+from broker.log.checkpoint import read_offset_checkpoint
 from broker.log.cleaner import (
     DELETE_HORIZON_MASK,
     CleanerConfig,
@@ -26,8 +27,9 @@ from broker.log.cleaner import (
     OffsetMap,
 )
 from broker.log.cleaner_manager import CLEANER_OFFSET_CHECKPOINT_FILE
-from broker.log.log import Log, LogConfig
-from broker.log.manager import LogManager, read_offset_checkpoint
+from broker.log.config import LogConfig
+from broker.log.log import Log
+from broker.log.manager import LogManager
 from protocol.record_batch import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,

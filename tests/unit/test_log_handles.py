@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from broker.log import disk
+from broker.log.config import LogConfig
 from broker.log.handles import HANDLES, OpenFileLimitError, raise_open_file_limit
-from broker.log.log import LogConfig
 from broker.log.manager import LogManager
 from broker.log.recovery import STATS
 from protocol.errors import ErrorCode

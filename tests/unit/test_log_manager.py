@@ -9,12 +9,11 @@ import pytest
 from kafka.record.memory_records import MemoryRecordsBuilder
 
 from broker.log import LogConfig, LogManager
+from broker.log.checkpoint import read_offset_checkpoint, write_offset_checkpoint
 from broker.log.manager import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
-    read_offset_checkpoint,
-    write_offset_checkpoint,
 )
 from protocol.record_batch import iter_batches
 

@@ -20,7 +20,8 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from broker.log.cleaner import CleanerConfig, LogCleaner
-from broker.log.log import Log, LogConfig
+from broker.log.config import LogConfig
+from broker.log.log import Log
 from broker.log.manager import LogManager
 from protocol.record_batch import iter_batches
 

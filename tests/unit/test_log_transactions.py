@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
 
-from broker.log.log import AppendOrigin, Log, LogConfig
+from broker.log.config import LogConfig
+from broker.log.log import AppendOrigin, Log
 from broker.log.producer_state import (
     InvalidProducerEpochError,
     InvalidTxnStateError,

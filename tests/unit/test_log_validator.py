@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from broker.log.log import Log, LogConfig
+from broker.log.config import LogConfig
+from broker.log.log import Log
 from broker.log.validator import LONG_MAX, LogValidator, compress
 from broker.metadata.file_store import validate_topic_configs
 from protocol.errors import ErrorCode, KafkaError
