@@ -13,7 +13,6 @@ become the group's committed offsets (commit) or vanish (abort).
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -50,6 +49,7 @@ from broker.group.offsets_store import (
     offset_key,
     offset_value,
 )
+from broker.replica.delayed_result import Completion, all_of, completed
 from broker.wallclock import now_ms
 from protocol.errors import ErrorCode
 from purgatory import Purgatory, Timer
@@ -129,32 +129,32 @@ class GroupCoordinator:
         self, group_id: str, member_id: str, instance_id: str | None, require_known_id: bool,
         client_id: str, client_host: str, rebalance_timeout_ms: int, session_timeout_ms: int,
         protocol_type: str, protocols: list[tuple[str, bytes]],
-    ) -> JoinResult | asyncio.Future[JoinResult]:
+    ) -> Completion[JoinResult]:
         if not group_id:
-            return JoinResult(ErrorCode.INVALID_GROUP_ID, member_id=member_id)
+            return completed(JoinResult(ErrorCode.INVALID_GROUP_ID, member_id=member_id))
         cfg = self.config
         if not cfg.min_session_timeout_ms <= session_timeout_ms <= cfg.max_session_timeout_ms:
-            return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id=member_id)
+            return completed(JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id=member_id))
         consumer_group = self.consumer.groups.get(group_id)
         if consumer_group is not None:
             if not consumer_group.is_empty():
                 # A classic member joins the consumer group as it is (Kafka's mixed groups).
                 if rebalance_timeout_ms < 0:
                     rebalance_timeout_ms = session_timeout_ms
-                return self.consumer.classic.join(
+                return completed(self.consumer.classic.join(
                     consumer_group, member_id, instance_id, require_known_id, client_id,
                     client_host, rebalance_timeout_ms, session_timeout_ms, protocol_type,
-                    protocols)
+                    protocols))
             self._classic_from_empty_consumer_group(consumer_group)
         group = self.groups.get(group_id)
         if group is None:
             if member_id:
-                return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
+                return completed(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id))
             group = self.groups[group_id] = GroupMetadata(group_id)
         if group.is_(S.DEAD):
-            return JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id=member_id)
+            return completed(JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id=member_id))
         if not group.supports(protocol_type, protocols):
-            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+            return completed(JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id))
         if rebalance_timeout_ms < 0:
             rebalance_timeout_ms = session_timeout_ms  # JoinGroup v0 has no rebalance timeout
         details = (client_id, client_host, rebalance_timeout_ms, session_timeout_ms,
@@ -177,7 +177,7 @@ class GroupCoordinator:
         self, group: GroupMetadata, instance_id: str | None, require_known_id: bool,
         client_id: str, client_host: str, rebalance_ms: int, session_ms: int,
         protocol_type: str, protocols: list[tuple[str, bytes]],
-    ) -> JoinResult | asyncio.Future[JoinResult]:
+    ) -> Completion[JoinResult]:
         new_id = f"{client_id}-{uuid.uuid4()}"
         if instance_id is not None:
             old_id = group.static_members.get(instance_id)
@@ -188,7 +188,7 @@ class GroupCoordinator:
             group.pending_members.add(new_id)
             op = DelayedPendingMember(self, group, new_id, session_ms)
             self.heartbeat_purgatory.try_complete_else_watch(op, [(group.group_id, new_id)])
-            return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id=new_id)
+            return completed(JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id=new_id))
         member = MemberMetadata(new_id, instance_id, client_id, client_host, rebalance_ms,
                                 session_ms, protocol_type, protocols)
         return self._add_and_rebalance(group, member)
@@ -196,7 +196,7 @@ class GroupCoordinator:
     def _replace_static_member(
         self, group: GroupMetadata, old_id: str, new_id: str, rebalance_ms: int,
         session_ms: int, protocols: list[tuple[str, bytes]],
-    ) -> JoinResult | asyncio.Future[JoinResult]:
+    ) -> Completion[JoinResult]:
         """A restarted static member takes over its identity and its assignment (KIP-345).
 
         The old id is fenced; in a Stable group whose protocol stays the same nothing else
@@ -219,20 +219,20 @@ class GroupCoordinator:
         if group.is_(S.STABLE) and unchanged:
             result = JoinResult(ErrorCode.NONE, group.generation_id, group.protocol_type,
                                 group.protocol_name, previous_leader, new_id, [])
-            fut: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+            answer: Completion[JoinResult] = Completion()
             stored = self.store.write(group.group_id,
                                       [(group_key(group.group_id), group_value(group))])
-            stored.add_done_callback(lambda f: fut.set_result(
+            stored.add_done_callback(lambda f: answer.set_result(
                 result if f.result() == ErrorCode.NONE
                 else JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id=new_id)))
-            return fut
+            return answer
         return self._update_and_rebalance(group, member)
 
     def _join_known(
         self, group: GroupMetadata, member_id: str, instance_id: str | None, client_id: str,
         client_host: str, rebalance_ms: int, session_ms: int, protocol_type: str,
         protocols: list[tuple[str, bytes]],
-    ) -> JoinResult | asyncio.Future[JoinResult]:
+    ) -> Completion[JoinResult]:
         if member_id in group.pending_members:
             group.pending_members.discard(member_id)
             self.heartbeat_purgatory.check_and_complete((group.group_id, member_id))
@@ -240,22 +240,22 @@ class GroupCoordinator:
                                     session_ms, protocol_type, protocols)
             return self._add_and_rebalance(group, member)
         if instance_id is not None and group.static_members.get(instance_id) != member_id:
-            return JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id=member_id)
+            return completed(JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id=member_id))
         member = group.members.get(member_id)
         if member is None or group.is_(S.EMPTY, S.DEAD):
-            return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
+            return completed(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id))
         member.rebalance_timeout_ms, member.session_timeout_ms = rebalance_ms, session_ms
         unchanged = member.matches(protocols)
         if group.is_(S.COMPLETING_REBALANCE) and unchanged:
-            return self._join_result(group, member)  # a retried join of this generation
+            return completed(self._join_result(group, member))  # a retried join of this generation
         if group.is_(S.STABLE) and unchanged and member_id != group.leader_id:
-            return self._join_result(group, member)
+            return completed(self._join_result(group, member))
         member.protocols = protocols
         return self._update_and_rebalance(group, member)
 
     def _add_and_rebalance(self, group: GroupMetadata, member: MemberMetadata
-                           ) -> asyncio.Future[JoinResult]:
-        fut = member.awaiting_join = asyncio.get_running_loop().create_future()
+                           ) -> Completion[JoinResult]:
+        fut = member.awaiting_join = Completion()
         # Only a member arriving while the first rebalance waits extends its initial delay.
         if group.is_(S.PREPARING_REBALANCE) and group.generation_id == 0:
             group.new_member_added = True
@@ -265,8 +265,8 @@ class GroupCoordinator:
         return fut
 
     def _update_and_rebalance(self, group: GroupMetadata, member: MemberMetadata
-                              ) -> asyncio.Future[JoinResult]:
-        fut = member.awaiting_join = asyncio.get_running_loop().create_future()
+                              ) -> Completion[JoinResult]:
+        fut = member.awaiting_join = Completion()
         self._maybe_prepare_rebalance(group, f"member {member.member_id} rejoined")
         return fut
 
@@ -368,27 +368,28 @@ class GroupCoordinator:
     def sync_group(
         self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
         protocol_type: str | None, protocol_name: str | None, assignments: dict[str, bytes],
-    ) -> tuple[ErrorCode, bytes] | asyncio.Future[tuple[ErrorCode, bytes]]:
+    ) -> Completion[tuple[ErrorCode, bytes]]:
         consumer_group = self.consumer.groups.get(group_id)
         if consumer_group is not None:
-            return self.consumer.classic.sync(consumer_group, generation_id, member_id,
-                                              instance_id, protocol_type, protocol_name)
+            return completed(self.consumer.classic.sync(
+                consumer_group, generation_id, member_id, instance_id, protocol_type,
+                protocol_name))
         group = self.groups.get(group_id)
         error = self._check_member(group, member_id, instance_id, generation_id)
         if error is not None:
-            return error, b""
+            return completed((error, b""))
         assert group is not None
         if (protocol_type is not None and protocol_type != group.protocol_type) or (
                 protocol_name is not None and protocol_name != group.protocol_name):
-            return ErrorCode.INCONSISTENT_GROUP_PROTOCOL, b""
+            return completed((ErrorCode.INCONSISTENT_GROUP_PROTOCOL, b""))
         member = group.members[member_id]
         if group.is_(S.PREPARING_REBALANCE):
-            return ErrorCode.REBALANCE_IN_PROGRESS, b""
+            return completed((ErrorCode.REBALANCE_IN_PROGRESS, b""))
         self._synced(group, member_id)
         self._schedule_heartbeat(group, member)
         if group.is_(S.STABLE):
-            return ErrorCode.NONE, member.assignment
-        fut = member.awaiting_sync = asyncio.get_running_loop().create_future()
+            return completed((ErrorCode.NONE, member.assignment))
+        fut = member.awaiting_sync = Completion()
         if member_id == group.leader_id:
             generation = group.generation_id
             for m in group.members.values():
@@ -545,7 +546,7 @@ class GroupCoordinator:
     def commit_offsets(
         self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
         offsets: dict[TopicPartition, OffsetAndMetadata], api_version: int = 8,
-    ) -> dict[TopicPartition, ErrorCode] | asyncio.Future[dict[TopicPartition, ErrorCode]]:
+    ) -> Completion[dict[TopicPartition, ErrorCode]]:
         """OffsetCommit; ``generation_id`` is a member epoch for a consumer group (v9+)."""
         consumer_group = self.consumer.groups.get(group_id)
         group: GroupOffsets | None
@@ -565,7 +566,7 @@ class GroupCoordinator:
                 self._schedule_heartbeat(classic, classic.members[member_id])
             group = classic
         if error is not None:
-            return {tp: error for tp in offsets}
+            return completed({tp: error for tp in offsets})
         assert group is not None
         results: dict[TopicPartition, ErrorCode] = {}
         accepted: dict[TopicPartition, OffsetAndMetadata] = {}
@@ -577,14 +578,13 @@ class GroupCoordinator:
             else:
                 accepted[tp] = om
         if not accepted:
-            return results
+            return completed(results)
         records = [(offset_key(group_id, t, p), offset_value(om)) for (t, p), om in
                    accepted.items()]
-        fut: asyncio.Future[dict[TopicPartition, ErrorCode]] = (
-            asyncio.get_running_loop().create_future())
+        answer: Completion[dict[TopicPartition, ErrorCode]] = Completion()
         group.prepare_offset_commit(accepted)
 
-        def stored(f: asyncio.Future[tuple[ErrorCode, int]]) -> None:
+        def stored(f: Completion[tuple[ErrorCode, int]]) -> None:
             code, batch_offset = f.result()
             if not group.is_dead():
                 for tp, om in accepted.items():
@@ -594,17 +594,17 @@ class GroupCoordinator:
                         group.fail_pending_offset_write(tp, om)
             if code != ErrorCode.NONE:
                 code = _commit_error(code)
-            fut.set_result({**results, **{tp: code for tp in accepted}})
+            answer.set_result({**results, **{tp: code for tp in accepted}})
 
         self.store.append(group_id, records).add_done_callback(stored)
-        return fut
+        return answer
 
     # -- transactional offsets (KIP-98, KIP-447) -------------------------------------------------
     def commit_transactional_offsets(
         self, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
         group_instance_id: str | None, generation_id: int,
         offsets: dict[TopicPartition, OffsetAndMetadata],
-    ) -> asyncio.Future[dict[TopicPartition, ErrorCode]]:
+    ) -> Completion[dict[TopicPartition, ErrorCode]]:
         """TxnOffsetCommit: the offsets go to the log now, as one transactional batch of the
         producer, and stay pending until the transaction's marker (Kafka's
         handleTxnCommitOffsets and storeOffsets with a producer id).
@@ -613,8 +613,6 @@ class GroupCoordinator:
         no member id nor generation (-1, ""), so only v3+ are checked against the group.
         Whether the offsets partition is in the producer's transaction is the caller's check.
         """
-        fut: asyncio.Future[dict[TopicPartition, ErrorCode]] = (
-            asyncio.get_running_loop().create_future())
         results: dict[TopicPartition, ErrorCode] = {}
         known: dict[TopicPartition, OffsetAndMetadata] = {}
         for tp, om in offsets.items():
@@ -623,11 +621,9 @@ class GroupCoordinator:
             else:
                 results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if not known:
-            fut.set_result(results)
-            return fut
+            return completed(results)
         if not group_id:
-            fut.set_result({**results, **{tp: ErrorCode.INVALID_GROUP_ID for tp in known}})
-            return fut
+            return completed({**results, **{tp: ErrorCode.INVALID_GROUP_ID for tp in known}})
         group: GroupOffsets
         consumer_group = self.consumer.groups.get(group_id)
         if consumer_group is not None:
@@ -645,8 +641,7 @@ class GroupCoordinator:
             error = self._validate_offset_commit(classic, generation_id, member_id,
                                                  group_instance_id, transactional=True)
         if error is not None:
-            fut.set_result({**results, **{tp: error for tp in known}})
-            return fut
+            return completed({**results, **{tp: error for tp in known}})
         accepted: dict[TopicPartition, OffsetAndMetadata] = {}
         for tp, om in known.items():
             if len(om.metadata.encode()) > MAX_METADATA:
@@ -654,14 +649,15 @@ class GroupCoordinator:
             else:
                 accepted[tp] = om
         if not accepted:
-            fut.set_result(results)
-            return fut
+            return completed(results)
         self.open_groups_for_producer.setdefault(producer_id, set()).add(group_id)
         group.prepare_txn_offset_commit(producer_id, accepted)
         records = [(offset_key(group_id, t, p), offset_value(om)) for (t, p), om in
                    accepted.items()]
 
-        def stored(f: asyncio.Future[tuple[ErrorCode, int]]) -> None:
+        answer: Completion[dict[TopicPartition, ErrorCode]] = Completion()
+
+        def stored(f: Completion[tuple[ErrorCode, int]]) -> None:
             code, batch_offset = f.result()
             if not group.is_dead():
                 for tp, om in accepted.items():
@@ -676,11 +672,11 @@ class GroupCoordinator:
                 log.info("transactional offset commit failed", group=group_id,
                          producer_id=producer_id, error=code.name)
                 code = offset_commit_error(code)
-            fut.set_result({**results, **{tp: code for tp in accepted}})
+            answer.set_result({**results, **{tp: code for tp in accepted}})
 
         self.store.append(group_id, records, producer_id=producer_id,
                           producer_epoch=producer_epoch).add_done_callback(stored)
-        return fut
+        return answer
 
     def handle_txn_completion(self, producer_id: int, offsets_partitions: Iterable[int],
                               commit: bool) -> None:
@@ -789,10 +785,10 @@ class GroupCoordinator:
         return None
 
     def delete_offsets(self, group_id: str, partitions: list[TopicPartition]
-                       ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]] | asyncio.Future:
+                       ) -> Completion[tuple[ErrorCode, dict[TopicPartition, ErrorCode]]]:
         group = self.offsets_group(group_id)
         if group is None or group.is_dead():
-            return ErrorCode.GROUP_ID_NOT_FOUND, {}
+            return completed((ErrorCode.GROUP_ID_NOT_FOUND, {}))
         if isinstance(group, ConsumerGroup):
             subscribed = group.subscribed_topics()
         else:
@@ -804,11 +800,11 @@ class GroupCoordinator:
         if isinstance(group, GroupMetadata):
             records += self._maybe_dead(group)
         if not records:
-            return ErrorCode.NONE, results
-        fut = asyncio.get_running_loop().create_future()
+            return completed((ErrorCode.NONE, results))
+        answer: Completion[tuple[ErrorCode, dict[TopicPartition, ErrorCode]]] = Completion()
         self.store.write(group_id, records).add_done_callback(
-            lambda f: fut.set_result((ErrorCode.NONE, results)))
-        return fut
+            lambda f: answer.set_result((ErrorCode.NONE, results)))
+        return answer
 
     def _maybe_dead(self, group: GroupMetadata) -> list[tuple[bytes, bytes | None]]:
         """Kafka's cleanupGroupMetadata: an Empty group with no offsets left, committed or
@@ -845,9 +841,9 @@ class GroupCoordinator:
             g for g in self.groups.values() if not g.is_(S.DEAD)]
         return groups + list(self.consumer.groups.values())
 
-    def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode] | asyncio.Future:
+    def delete_groups(self, group_ids: list[str]) -> Completion[dict[str, ErrorCode]]:
         results: dict[str, ErrorCode] = {}
-        writes = []
+        writes: list[Completion[ErrorCode]] = []
         for gid in group_ids:
             consumer_group = self.consumer.groups.get(gid)
             if consumer_group is not None:
@@ -871,13 +867,13 @@ class GroupCoordinator:
                 results[gid] = ErrorCode.NONE
                 log.info("group deleted", group=gid)
         if not writes:
-            return results
-        fut = asyncio.get_running_loop().create_future()
-        asyncio.gather(*writes).add_done_callback(lambda _f: fut.set_result(results))
-        return fut
+            return completed(results)
+        answer: Completion[dict[str, ErrorCode]] = Completion()
+        all_of(writes).add_done_callback(lambda _f: answer.set_result(results))
+        return answer
 
     def _delete_consumer_group(self, group: ConsumerGroup,
-                               writes: list[asyncio.Future[ErrorCode]]) -> ErrorCode:
+                               writes: list[Completion[ErrorCode]]) -> ErrorCode:
         """Kafka's ConsumerGroup.validateDeleteGroup: only an Empty consumer group goes."""
         if not group.is_empty():
             return ErrorCode.NON_EMPTY_GROUP

@@ -14,10 +14,10 @@ OffsetFetch with require_stable answer UNSTABLE_OFFSET_COMMIT (KIP-447).
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from enum import Enum
 
+from broker.replica.delayed_result import Completion
 from broker.wallclock import now_ms
 
 
@@ -70,8 +70,8 @@ class MemberMetadata:
     protocol_type: str
     protocols: list[tuple[str, bytes]]
     assignment: bytes = b""
-    awaiting_join: asyncio.Future[JoinResult] | None = None
-    awaiting_sync: asyncio.Future[tuple[int, bytes]] | None = None
+    awaiting_join: Completion[JoinResult] | None = None
+    awaiting_sync: Completion[tuple[int, bytes]] | None = None
     heartbeat_satisfied: bool = False
     is_new: bool = True
 

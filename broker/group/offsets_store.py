@@ -13,7 +13,6 @@ batch) in the same partition later decides it, at run time and when loading alik
 
 from __future__ import annotations
 
-import asyncio
 import struct
 from typing import TYPE_CHECKING
 
@@ -44,6 +43,7 @@ from protocol.record_batch import CONTROL_COMMIT, InvalidRecordError, read_end_t
 
 if TYPE_CHECKING:
     from broker.metadata.topic_admin import TopicAdmin
+    from broker.replica.delayed_result import Completion
     from broker.replica.replica_manager import ReplicaManager
 
 log = structlog.get_logger("broker.group")
@@ -278,18 +278,19 @@ class OffsetsStore:
                      pending_transactions=pending)
         return groups
 
-    def write(self, group_id: str, records: list[Record]) -> asyncio.Future[ErrorCode]:
-        """Append the records to the group's partition; resolves once they are committed."""
-        fut: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
-        self.append(group_id, records).add_done_callback(
-            lambda f: fut.set_result(f.result()[0]))
-        return fut
+    def write(self, group_id: str, records: list[Record]) -> Completion[ErrorCode]:
+        """Append the records to the group's partition; completes once they are committed."""
+        return self.append(group_id, records).then(_error)
 
     def append(self, group_id: str, records: list[Record], *, producer_id: int = -1,
-               producer_epoch: int = -1) -> asyncio.Future[tuple[ErrorCode, int]]:
+               producer_epoch: int = -1) -> Completion[tuple[ErrorCode, int]]:
         """The records as one batch to the group's partition; with a producer id, a
-        transactional one (Kafka's transactional offset commit). Resolves with the error and the
+        transactional one (Kafka's transactional offset commit). Completes with the error and the
         batch's base offset once committed."""
         return append_as_coordinator(
             self.replica_manager, (TOPIC, self.partition_for(group_id)), records, now_ms(),
             COMMIT_TIMEOUT_MS, producer_id=producer_id, producer_epoch=producer_epoch)
+
+
+def _error(outcome: tuple[ErrorCode, int]) -> ErrorCode:
+    return outcome[0]

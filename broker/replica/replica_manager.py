@@ -1,11 +1,12 @@
 """ReplicaManager: the partitions this broker leads and everything that appends to or reads them.
 
 Like Kafka's ReplicaManager it owns produce and fetch end to end: validate, append or read,
-then answer now or park a DelayedProduce / DelayedFetch in its purgatories and hand back an
-awaitable (the one bridge is broker/replica/delayed_result.py). Handlers and the offsets store
-call it and never see a purgatory; it never sees the wire format. Whatever moves a partition's high
-watermark or log start (append, fsync, retention, deletion) checks the purgatories for that
-partition here: parked requests complete on the event, never on a poll.
+then answer now or park a DelayedProduce / DelayedFetch in its purgatories; either way it hands
+back a Completion (broker/replica/delayed_result.py), completed already when nothing waits.
+Handlers and the offsets store call it and never see a purgatory; it never sees the wire
+format. Whatever moves a partition's high watermark or log start (append, fsync, retention,
+deletion) checks the purgatories for that partition here: parked requests complete on the
+event, never on a poll.
 
 A disk fault takes a log dir offline (broker/log/dir_failure.py); as Kafka's
 handleLogDirFailure, the partitions of that dir then answer KAFKA_STORAGE_ERROR to Produce and
@@ -18,10 +19,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 import structlog
 
@@ -31,7 +31,7 @@ from broker.log.txn_index import AbortedTxn
 from broker.metrics.instruments import Histogram
 from broker.replica.delayed_fetch import DelayedFetch
 from broker.replica.delayed_produce import DelayedProduce
-from broker.replica.delayed_result import Completion
+from broker.replica.delayed_result import Completion, completed
 from broker.replica.partition import Partition
 from broker.wallclock import now_ms
 from protocol.errors import ErrorCode, KafkaError
@@ -45,7 +45,6 @@ from purgatory import Purgatory, Timer
 
 log = structlog.get_logger("broker.replica")
 
-T = TypeVar("T")
 TopicPartition = tuple[str, int]
 VALID_ACKS = (0, 1, -1)
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
@@ -127,16 +126,17 @@ class ReplicaManager:
         self, entries: Iterable[tuple[TopicPartition, bytes | None]], api_version: int,
         acks: int = 1, timeout_ms: int = 0, *, origin: AppendOrigin = AppendOrigin.CLIENT,
         transactional_id: str | None = None,
-    ) -> ProduceResults | Awaitable[ProduceResults]:
+    ) -> Completion[ProduceResults]:
         """Validate, assign offsets and append each partition's batches, in arrival order.
 
-        Answers at once, or (acks=-1, or a partition whose high watermark waits for the fsync)
-        with an awaitable that resolves when the high watermark covers every appended batch or
+        Completed at once, or (acks=-1, or a partition whose high watermark waits for the
+        fsync) when the high watermark covers every appended batch or
         ``timeout_ms`` passes. A transactional produce first has each partition checked with
         the transaction coordinator (a partition not added to the transaction is refused).
         """
         if acks not in VALID_ACKS:
-            return {tp: ProduceResult(ErrorCode.INVALID_REQUIRED_ACKS) for tp, _ in entries}
+            return completed({tp: ProduceResult(ErrorCode.INVALID_REQUIRED_ACKS)
+                              for tp, _ in entries})
         entries = list(entries)
         refused = self._verify_transaction(entries, transactional_id, api_version)
         results: ProduceResults = {}
@@ -146,22 +146,21 @@ class ReplicaManager:
             results[tp] = refusal if refusal is not None else self._append_one(
                 tp, records, ts, api_version, origin)
         if acks == 0:
-            return results
+            return completed(results)
         return self._await_high_watermark(results, acks, timeout_ms)
 
     def _await_high_watermark(self, results: ProduceResults, acks: int, timeout_ms: int
-                              ) -> ProduceResults | Awaitable[ProduceResults]:
+                              ) -> Completion[ProduceResults]:
         partitions = self.partitions
         waits = acks == -1 or any(
             (p := partitions.get(tp)) is not None and p.hw_gated_by_flush for tp in results)
         if not waits:
-            return self._await_written(results)
+            return self._when_written(results)
         op = DelayedProduce(timeout_ms, partitions, results)
         self.produce_purgatory.try_complete_else_watch(op, list(results))
         return op.future
 
-    def _await_written(self, results: ProduceResults
-                       ) -> ProduceResults | Awaitable[ProduceResults]:
+    def _when_written(self, results: ProduceResults) -> Completion[ProduceResults]:
         """acks=1: answered once its batches are written. Appends coalesced to the end of the
         loop iteration answer then; a partition whose write failed answers
         KAFKA_STORAGE_ERROR (its dir is offline, its batch never became readable)."""
@@ -173,7 +172,7 @@ class ReplicaManager:
                 coalescer = p.log.coalescer
                 break
         if coalescer is None:
-            return results
+            return completed(results)
         answer: Completion[ProduceResults] = Completion()
 
         def written() -> None:
@@ -241,7 +240,7 @@ class ReplicaManager:
     def write_txn_markers(
         self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
         partitions: list[TopicPartition], timeout_ms: int,
-    ) -> asyncio.Future[dict[TopicPartition, ErrorCode]]:
+    ) -> Completion[dict[TopicPartition, ErrorCode]]:
         """Append an end-transaction marker to each partition (as the coordinator: Kafka's
         WriteTxnMarkers with acks=all); resolves with each partition's error once every marker
         is under the high watermark, or ``timeout_ms`` passes."""
@@ -251,8 +250,8 @@ class ReplicaManager:
             results[tp] = self._append_marker(tp, producer_id, producer_epoch, coordinator_epoch,
                                               commit, ts)
         appended = self._await_high_watermark(results, -1, timeout_ms)
-        return produce_outcome(appended, lambda res: {tp: r.error for tp, r in res.items()},
-                               {tp: ErrorCode.UNKNOWN_SERVER_ERROR for tp in partitions})
+        return appended.then(_errors).exceptionally(
+            {tp: ErrorCode.UNKNOWN_SERVER_ERROR for tp in partitions})
 
     def _append_marker(self, tp: TopicPartition, producer_id: int, producer_epoch: int,
                        coordinator_epoch: int, commit: bool, ts: int) -> ProduceResult:
@@ -303,7 +302,7 @@ class ReplicaManager:
     def fetch_messages(
         self, fetches: list[PartitionFetch], max_bytes: int, min_bytes: int, max_wait_ms: int,
         limit: Callable[[], int] | None = None, isolation_level: int = READ_UNCOMMITTED,
-    ) -> list[FetchResult] | Awaitable[list[FetchResult]]:
+    ) -> Completion[list[FetchResult]]:
         """Read up to each high watermark (read_committed: last stable offset); below
         ``min_bytes`` park a DelayedFetch that reads again when enough became readable, a
         partition changed under it, or the wait ends.
@@ -314,12 +313,13 @@ class ReplicaManager:
         """
         committed = isolation_level == READ_COMMITTED
         if limit is not None and limit() <= 0:
-            return self.read_from_log(fetches, 0, min_one=False, read_committed=committed)
+            return completed(self.read_from_log(fetches, 0, min_one=False,
+                                                read_committed=committed))
         results = self.read_from_log(fetches, _capped(max_bytes, limit), read_committed=committed)
         total = sum(len(r.records) for r in results)
         has_error = any(r.error != ErrorCode.NONE for r in results)
         if max_wait_ms <= 0 or total >= min_bytes or has_error or not fetches:
-            return results
+            return completed(results)
         partitions = self.partitions
         hw_bytes = tuple(partitions[f.tp].hw_bytes for f in fetches)  # type: ignore[index]
         op = DelayedFetch(self, max_wait_ms, fetches, hw_bytes, total, min_bytes, max_bytes,
@@ -582,25 +582,8 @@ class ReplicaManager:
         self._flush_executor.shutdown(wait=True)
 
 
-def produce_outcome(appended: ProduceResults | Awaitable[ProduceResults],
-                    convert: Callable[[ProduceResults], T], failed: T) -> asyncio.Future[T]:
-    """An append's answer, ready or parked, as a future of ``convert(results)`` for the
-    coordinators that append as producers do; ``failed`` if the parked answer failed."""
-    fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-    if isinstance(appended, dict):
-        fut.set_result(convert(appended))
-        return fut
-
-    def done(f: asyncio.Future[ProduceResults]) -> None:
-        if fut.done():
-            return
-        if f.cancelled() or f.exception() is not None:
-            fut.set_result(failed)
-        else:
-            fut.set_result(convert(f.result()))
-
-    asyncio.ensure_future(appended).add_done_callback(done)
-    return fut
+def _errors(results: ProduceResults) -> dict[TopicPartition, ErrorCode]:
+    return {tp: r.error for tp, r in results.items()}
 
 
 def _verification_error(error: ErrorCode, produce_version: int) -> ErrorCode:

@@ -10,7 +10,6 @@ answered) only once the high watermark covers its record, as in Kafka's appendTr
 
 from __future__ import annotations
 
-import asyncio
 import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -29,6 +28,7 @@ from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from broker.metadata.topic_admin import TopicAdmin
+    from broker.replica.delayed_result import Completion
     from broker.replica.replica_manager import ReplicaManager
 
 log = structlog.get_logger("broker.txn")
@@ -173,8 +173,8 @@ class TransactionStateLog:
         return loaded
 
     def append(self, transactional_id: str, value: bytes | None, timeout_ms: int
-               ) -> asyncio.Future[tuple[ErrorCode, int]]:
-        """One record (a value or a tombstone); resolves with the append's error (and the
+               ) -> Completion[tuple[ErrorCode, int]]:
+        """One record (a value or a tombstone); completes with the append's error (and the
         record's offset) once committed."""
         return append_as_coordinator(
             self.replica_manager, (TOPIC, self.partition_for(transactional_id)),
