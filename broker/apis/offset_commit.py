@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.consumer import OffsetCommitResponse
 
 from broker.apis.authorize import allowed, filter_allowed
-from broker.group.metadata import OffsetAndMetadata
+from broker.group.classic_group import OffsetAndMetadata
 from broker.security.acl import AclOperation, ResourceType
 from broker.wallclock import now_ms
 from protocol.errors import ErrorCode

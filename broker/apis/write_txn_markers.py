@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
-log = structlog.get_logger("broker.txn")
+logger = structlog.get_logger("broker.txn")
 
 MarkerResult = WriteTxnMarkersResponse.WritableTxnMarkerResult
 TopicResult = MarkerResult.WritableTxnMarkerTopicResult
@@ -73,8 +73,8 @@ def _write(ctx: ApiContext, marker) -> Completion[dict[TopicPartition, ErrorCode
                 ctx.groups.handle_txn_completion(  # type: ignore[attr-defined]
                     marker.producer_id, [p for _t, p in offsets], commit)
             except Exception:
-                log.exception("offsets not materialized after markers",
-                              producer_id=marker.producer_id)
+                logger.exception("offsets not materialized after markers",
+                                 producer_id=marker.producer_id)
                 results.update({tp: ErrorCode.UNKNOWN_SERVER_ERROR for tp in offsets})
         return results
 

@@ -20,6 +20,14 @@ from dataclasses import dataclass
 import structlog
 
 from broker.config import BrokerConfig
+from broker.group.classic_group import (
+    GroupMetadata,
+    GroupOffsets,
+    GroupState,
+    JoinResult,
+    MemberMetadata,
+    OffsetAndMetadata,
+)
 from broker.group.consumer_coordinator import (
     ConsumerGroupConfig,
     ConsumerGroupCoordinator,
@@ -34,14 +42,6 @@ from broker.group.delayed import (
     DelayedSync,
     InitialDelayedJoin,
 )
-from broker.group.metadata import (
-    GroupMetadata,
-    GroupOffsets,
-    GroupState,
-    JoinResult,
-    MemberMetadata,
-    OffsetAndMetadata,
-)
 from broker.group.offsets_store import (
     OffsetsStore,
     group_key,
@@ -54,7 +54,7 @@ from broker.wallclock import now_ms
 from protocol.errors import ErrorCode
 from purgatory import Purgatory, Timer
 
-log = structlog.get_logger("broker.group")
+logger = structlog.get_logger("broker.group")
 
 S = GroupState
 TopicPartition = tuple[str, int]
@@ -95,7 +95,7 @@ class GroupCoordinator:
         # offsets, so a marker finds them without scanning every group.
         self.open_groups_for_producer: dict[int, set[str]] = {}
         # The consumer protocol's groups (KIP-848); a group id is in one of the two at most.
-        self.consumer = ConsumerGroupCoordinator(config.consumer, self, self.heartbeat_purgatory,
+        self.consumer = ConsumerGroupCoordinator(config.consumer, self, timer,
                                                  lambda: store.topics.metadata.topics)
 
     def start(self) -> None:
@@ -171,7 +171,7 @@ class GroupCoordinator:
         group = self.groups[gid] = GroupMetadata(gid)
         group.take_offsets(consumer_group)
         self.store.write(gid, [self.consumer.tombstone(gid)])
-        log.info("empty consumer group becomes a classic group", group=gid)
+        logger.info("empty consumer group becomes a classic group", group=gid)
 
     def _join_unknown(
         self, group: GroupMetadata, instance_id: str | None, require_known_id: bool,
@@ -214,8 +214,8 @@ class GroupCoordinator:
         unchanged = member.matches(protocols)
         member.protocols = protocols
         self._schedule_heartbeat(group, member)
-        log.info("static member replaced", group=group.group_id, instance=member.group_instance_id,
-                 old=old_id, new=new_id)
+        logger.info("static member replaced", group=group.group_id,
+                    instance=member.group_instance_id, old=old_id, new=new_id)
         if group.is_(S.STABLE) and unchanged:
             result = JoinResult(ErrorCode.NONE, group.generation_id, group.protocol_type,
                                 group.protocol_name, previous_leader, new_id, [])
@@ -289,8 +289,8 @@ class GroupCoordinator:
             op = DelayedJoin(self, group, group.max_rebalance_timeout())
         group.transition(S.PREPARING_REBALANCE)
         self.rebalances[group.group_id] = self.rebalances.get(group.group_id, 0) + 1
-        log.info("rebalance started", group=group.group_id, generation=group.generation_id,
-                 reason=reason, members=len(group.members))
+        logger.info("rebalance started", group=group.group_id, generation=group.generation_id,
+                    reason=reason, members=len(group.members))
         self.park_join(op)
 
     def park_join(self, op: DelayedJoin) -> None:
@@ -311,16 +311,16 @@ class GroupCoordinator:
             group.protocol_name = None
             group.transition(S.EMPTY)
             self.store.write(group.group_id, [(group_key(group.group_id), group_value(group))])
-            log.info("group is empty", group=group.group_id, generation=group.generation_id)
+            logger.info("group is empty", group=group.group_id, generation=group.generation_id)
             return
         group.generation_id += 1
         group.protocol_name = group.select_protocol()
         if group.leader_id not in group.members:
             group.leader_id = next(iter(group.members))
         group.transition(S.COMPLETING_REBALANCE)
-        log.info("rebalance joined", group=group.group_id, generation=group.generation_id,
-                 protocol=group.protocol_name, leader=group.leader_id,
-                 members=len(group.members))
+        logger.info("rebalance joined", group=group.group_id, generation=group.generation_id,
+                    protocol=group.protocol_name, leader=group.leader_id,
+                    members=len(group.members))
         for member in group.members.values():
             fut, member.awaiting_join = member.awaiting_join, None
             member.is_new = False
@@ -351,8 +351,8 @@ class GroupCoordinator:
         group.pending_sync.clear()
         for member in laggards:
             self._remove_member(group, member)
-            log.info("member removed", group=group.group_id, member=member.member_id,
-                     reason="no SyncGroup within the rebalance timeout")
+            logger.info("member removed", group=group.group_id, member=member.member_id,
+                        reason="no SyncGroup within the rebalance timeout")
         if laggards:
             self._prepare_rebalance(group, "members did not sync within the rebalance timeout")
 
@@ -409,7 +409,7 @@ class GroupCoordinator:
             return
         self._propagate_assignment(group, ErrorCode.NONE)
         group.transition(S.STABLE)
-        log.info("group stable", group=group.group_id, generation=generation)
+        logger.info("group stable", group=group.group_id, generation=generation)
 
     def _propagate_assignment(self, group: GroupMetadata, error: ErrorCode) -> None:
         for member in group.members.values():
@@ -487,7 +487,7 @@ class GroupCoordinator:
     def _remove_and_update(self, group: GroupMetadata, member: MemberMetadata, reason: str
                            ) -> None:
         self._remove_member(group, member)
-        log.info("member removed", group=group.group_id, member=member.member_id, reason=reason)
+        logger.info("member removed", group=group.group_id, member=member.member_id, reason=reason)
         if group.is_(S.STABLE, S.COMPLETING_REBALANCE):
             self._prepare_rebalance(group, f"member {member.member_id} {reason}")
         elif group.is_(S.PREPARING_REBALANCE):
@@ -669,8 +669,8 @@ class GroupCoordinator:
                         producer_id):
                     self._remove_producer_group(producer_id, group_id)
             if code != ErrorCode.NONE:
-                log.info("transactional offset commit failed", group=group_id,
-                         producer_id=producer_id, error=code.name)
+                logger.info("transactional offset commit failed", group=group_id,
+                            producer_id=producer_id, error=code.name)
                 code = offset_commit_error(code)
             answer.set_result({**results, **{tp: code for tp in accepted}})
 
@@ -690,8 +690,8 @@ class GroupCoordinator:
             group = self.offsets_group(group_id)
             if group is not None and not group.is_dead():
                 changed = group.complete_pending_txn_offset_commit(producer_id, commit)
-                log.debug("transactional offsets completed", group=group_id,
-                          producer_id=producer_id, commit=commit, committed=len(changed))
+                logger.debug("transactional offsets completed", group=group_id,
+                             producer_id=producer_id, commit=commit, committed=len(changed))
             self._remove_producer_group(producer_id, group_id)
 
     def _remove_producer_group(self, producer_id: int, group_id: str) -> None:
@@ -865,7 +865,7 @@ class GroupCoordinator:
                 if records:
                     writes.append(self.store.write(gid, records))
                 results[gid] = ErrorCode.NONE
-                log.info("group deleted", group=gid)
+                logger.info("group deleted", group=gid)
         if not writes:
             return completed(results)
         answer: Completion[dict[str, ErrorCode]] = Completion()
@@ -883,7 +883,7 @@ class GroupCoordinator:
         records = [(offset_key(gid, t, p), None) for t, p in removed]
         records.append(self.consumer.tombstone(gid))
         writes.append(self.store.write(gid, records))
-        log.info("group deleted", group=gid)
+        logger.info("group deleted", group=gid)
         return ErrorCode.NONE
 
     def expire_offsets(self) -> int:
@@ -914,7 +914,7 @@ class GroupCoordinator:
             self.store.write(gid, records)
             removed += len(expired)
             if expired:
-                log.info("offsets expired", group=gid, partitions=len(expired))
+                logger.info("offsets expired", group=gid, partitions=len(expired))
         for consumer_group in list(self.consumer.groups.values()):
             removed += self._expire_consumer_group_offsets(consumer_group, now, retention_ms)
         return removed
@@ -937,11 +937,11 @@ class GroupCoordinator:
         if group.is_empty() and not group.has_offsets():
             self.consumer.remove_group(group)
             records.append(self.consumer.tombstone(gid))
-            log.info("empty consumer group without offsets removed", group=gid)
+            logger.info("empty consumer group without offsets removed", group=gid)
         if records:
             self.store.write(gid, records)
         if expired:
-            log.info("offsets expired", group=gid, partitions=len(expired))
+            logger.info("offsets expired", group=gid, partitions=len(expired))
         return len(expired)
 
 

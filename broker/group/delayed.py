@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 from purgatory import DelayedOperation
 
 if TYPE_CHECKING:
+    from broker.group.classic_group import GroupMetadata, MemberMetadata
     from broker.group.coordinator import GroupCoordinator
-    from broker.group.metadata import GroupMetadata, MemberMetadata
 
 
 class DelayedJoin(DelayedOperation):

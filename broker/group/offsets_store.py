@@ -29,14 +29,14 @@ from broker.coordinator.records import (
     java_string_hash,
     read_batches,
 )
-from broker.group.consumer_group import ConsumerGroup
-from broker.group.metadata import (
+from broker.group.classic_group import (
     GroupMetadata,
     GroupState,
     MemberMetadata,
     OffsetAndMetadata,
     PendingTxnOffset,
 )
+from broker.group.consumer_group import ConsumerGroup
 from broker.wallclock import now_ms
 from protocol.errors import ErrorCode
 from protocol.record_batch import CONTROL_COMMIT, InvalidRecordError, read_end_txn_marker
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from broker.replica.delayed_result import Completion
     from broker.replica.replica_manager import ReplicaManager
 
-log = structlog.get_logger("broker.group")
+logger = structlog.get_logger("broker.group")
 
 TOPIC = "__consumer_offsets"
 OFFSET_COMMIT_KEY_VERSION = 1
@@ -175,7 +175,7 @@ class PartitionLoader:
                 self.consumer_groups[group_id] = struct.unpack_from(">i", value, 2)[0]
                 self.groups.pop(group_id, None)
         else:
-            log.warning("unknown key version in __consumer_offsets, ignored", version=version)
+            logger.warning("unknown key version in __consumer_offsets, ignored", version=version)
 
     def finish(self, into: dict[str, GroupMetadata | ConsumerGroup]) -> None:
         """Kafka's loadGroup: groups of this partition with their offsets, pending ones too;
@@ -274,8 +274,8 @@ class OffsetsStore:
             records += loader.records
         if records:
             pending = sum(len(g.pending_txn_offset_commits) for g in groups.values())
-            log.info("group metadata loaded", records=records, groups=len(groups),
-                     pending_transactions=pending)
+            logger.info("group metadata loaded", records=records, groups=len(groups),
+                        pending_transactions=pending)
         return groups
 
     def write(self, group_id: str, records: list[Record]) -> Completion[ErrorCode]:

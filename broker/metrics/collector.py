@@ -398,8 +398,8 @@ class BrokerCollector(Collector):
 
     # -- groups --------------------------------------------------------------------------------
     def _groups(self, coordinator: GroupCoordinator, rm: ReplicaManager) -> Iterator[Metric]:
+        from broker.group.classic_group import GroupState
         from broker.group.consumer_group import ConsumerGroupState
-        from broker.group.metadata import GroupState
 
         classic = sorted(coordinator.groups.values(), key=lambda g: g.group_id)
         consumer = coordinator.consumer

@@ -43,7 +43,7 @@ from protocol.record_batch import (
 )
 from purgatory import Purgatory, Timer
 
-log = structlog.get_logger("broker.replica")
+logger = structlog.get_logger("broker.replica")
 
 TopicPartition = tuple[str, int]
 VALID_ACKS = (0, 1, -1)
@@ -231,8 +231,8 @@ class ReplicaManager:
                 message = ("Unable to verify the partition has been added to the transaction. "
                            f"Underlying error: {error.name}")
                 error = ErrorCode.NOT_ENOUGH_REPLICAS
-            log.info("transactional produce refused", topic=tp[0], partition=tp[1],
-                     transactional_id=transactional_id, error=error.name)
+            logger.info("transactional produce refused", topic=tp[0], partition=tp[1],
+                        transactional_id=transactional_id, error=error.name)
             refused[tp] = ProduceResult(error, message=message)
         return refused
 
@@ -265,8 +265,8 @@ class ReplicaManager:
             return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
         except KafkaError as exc:
             code = ErrorCode(exc.error_code)
-            log.warning("transaction marker refused", topic=tp[0], partition=tp[1],
-                        producer_id=producer_id, error=code.name, reason=str(exc))
+            logger.warning("transaction marker refused", topic=tp[0], partition=tp[1],
+                           producer_id=producer_id, error=code.name, reason=str(exc))
             return ProduceResult(code, message=str(exc))
         self.markers_written += 1
         self._after_append(partition, info, hw_moved)
@@ -291,8 +291,8 @@ class ReplicaManager:
             return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
         except KafkaError as exc:
             code = ErrorCode(exc.error_code)
-            log.warning("produce rejected", topic=tp[0], partition=tp[1], error=code.name,
-                        reason=str(exc))
+            logger.warning("produce rejected", topic=tp[0], partition=tp[1], error=code.name,
+                           reason=str(exc))
             return ProduceResult(code, message=str(exc), record_errors=exc.record_errors)
         self._after_append(partition, info, hw_moved)
         return ProduceResult(ErrorCode.NONE, info.first_offset, info.last_offset,
@@ -395,11 +395,11 @@ class ReplicaManager:
             low_watermark = partition.delete_records(offset)
         except KafkaError as exc:  # KafkaStorageError too: the dir failed under the move
             code = ErrorCode(exc.error_code)
-            log.info("delete records refused", topic=tp[0], partition=tp[1], offset=offset,
-                     error=code.name, reason=str(exc))
+            logger.info("delete records refused", topic=tp[0], partition=tp[1], offset=offset,
+                        error=code.name, reason=str(exc))
             return DeleteRecordsResult(code)
         except Exception:
-            log.exception("delete records failed", topic=tp[0], partition=tp[1], offset=offset)
+            logger.exception("delete records failed", topic=tp[0], partition=tp[1], offset=offset)
             return DeleteRecordsResult(ErrorCode.UNKNOWN_SERVER_ERROR)
         if partition.log_start_offset > before:
             self.fetch_purgatory.check_and_complete(tp)
@@ -417,8 +417,8 @@ class ReplicaManager:
             except KafkaStorageError:
                 continue  # its dir is offline now, reported once
             if deleted:
-                log.info("retention deleted segments", topic=p.topic, partition=p.index,
-                         segments=deleted, log_start_offset=p.log_start_offset)
+                logger.info("retention deleted segments", topic=p.topic, partition=p.index,
+                            segments=deleted, log_start_offset=p.log_start_offset)
                 self.fetch_purgatory.check_and_complete(p.key)
 
     def _after_append(self, partition: Partition, info: AppendInfo, hw_moved: bool) -> None:
@@ -475,7 +475,7 @@ class ReplicaManager:
         except KafkaStorageError:
             pass  # the fsync failed: the high watermark stays, the dir is offline (logged once)
         except Exception:
-            log.exception("flush failed", topic=partition.topic, partition=partition.index)
+            logger.exception("flush failed", topic=partition.topic, partition=partition.index)
         finally:
             partition.flush_pending = False
 
@@ -559,8 +559,8 @@ class ReplicaManager:
         for tp in offline:
             self.fetch_purgatory.check_and_complete(tp)
             self.produce_purgatory.check_and_complete(tp)
-        log.warning("stopped serving replicas in an offline log dir", log_dir=log_dir,
-                    partitions=[f"{t}-{i}" for t, i in offline])
+        logger.warning("stopped serving replicas in an offline log dir", log_dir=log_dir,
+                       partitions=[f"{t}-{i}" for t, i in offline])
 
     def remove_partition(self, tp: TopicPartition) -> Partition | None:
         """Drop a partition; requests parked on it complete now with an error."""

@@ -8,7 +8,8 @@ then writes the markers to every partition of the transaction and records Comple
 CompleteAbort. Every transition is written to `__transaction_state` (state_log.py) and applied
 only once committed there; while it is in flight the id has a pending state and other requests
 are answered CONCURRENT_TRANSACTIONS. Deadlines (a transaction's timeout, an idle id's
-expiration, a marker retry) are delayed operations on the timing wheel (delayed.py).
+expiration, a marker retry) are one deadline per id on the timing wheel
+(broker/coordinator/timer.py).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from broker.coordinator.timer import CoordinatorTimer
 from broker.replica.delayed_result import Completion, completed
-from broker.txn.delayed import TxnDeadline
-from broker.txn.metadata import (
+from broker.txn.state_log import TransactionStateLog, value_bytes
+from broker.txn.transaction_metadata import (
     NO_PRODUCER_EPOCH,
     IllegalTransitionError,
     TransactionMetadata,
@@ -29,10 +31,9 @@ from broker.txn.metadata import (
     TxnTransit,
     is_epoch_exhausted,
 )
-from broker.txn.state_log import TransactionStateLog, value_bytes
 from broker.wallclock import now_ms
 from protocol.errors import ErrorCode
-from purgatory import Purgatory, Timer
+from purgatory import Timer
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     from broker.metadata.topic_admin import TopicAdmin
     from broker.replica.replica_manager import ReplicaManager
 
-log = structlog.get_logger("broker.txn")
+logger = structlog.get_logger("broker.txn")
 
 S = TransactionState
 E = ErrorCode
@@ -137,14 +138,15 @@ class TransactionCoordinator:
         self.config = TxnConfig.of(config)
         self.replica_manager = replica_manager
         self.producer_ids = producer_ids
-        self.purgatory: Purgatory[TxnDeadline] = Purgatory("transaction", timer)
+        # One deadline per transactional id: the transaction's timeout while Ongoing, the
+        # id's expiration while idle, or a marker or log write's retry after its backoff.
+        self._deadlines: CoordinatorTimer[str] = CoordinatorTimer(timer)
         self.state_log = TransactionStateLog(replica_manager, topics, self.config.num_partitions,
                                              self.config.segment_bytes, wall_ms)
         self._on_offsets_markers = on_offsets_markers
         self._partition_for_group = partition_for_group
         self._wall_ms = wall_ms
         self._active = False
-        self._deadlines: dict[str, TxnDeadline] = {}
         self._pending_markers: dict[str, _PendingCompletion] = {}
         # Read by metrics.
         self.transactions: dict[str, TransactionMetadata] = {}
@@ -162,9 +164,9 @@ class TransactionCoordinator:
         for md in list(self.transactions.values()):
             if md.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
                 commit = md.state == S.PREPARE_COMMIT
-                log.info("resuming transaction completion", transactional_id=md.transactional_id,
-                         producer_id=md.producer_id, commit=commit,
-                         partitions=len(md.topic_partitions))
+                logger.info("resuming transaction completion", transactional_id=md.transactional_id,
+                            producer_id=md.producer_id, commit=commit,
+                            partitions=len(md.topic_partitions))
                 self._send_markers(md, md.prepare_complete(now), commit)
             else:
                 self._schedule(md)
@@ -172,9 +174,7 @@ class TransactionCoordinator:
     def shutdown(self) -> None:
         self._active = False
         self._pending_markers.clear()
-        for op in list(self._deadlines.values()):
-            op.force_complete()
-        self._deadlines.clear()
+        self._deadlines.cancel_all()
 
     def ensure_topic(self) -> None:
         """`__transaction_state` exists from the first transactional FindCoordinator on."""
@@ -224,8 +224,8 @@ class TransactionCoordinator:
         def initialized(error: ErrorCode) -> InitProducerIdResult:
             if error != E.NONE:
                 return InitProducerIdResult(error)
-            log.info("producer initialized", transactional_id=transactional_id,
-                     producer_id=transit.producer_id, epoch=transit.producer_epoch)
+            logger.info("producer initialized", transactional_id=transactional_id,
+                        producer_id=transit.producer_id, epoch=transit.producer_epoch)
             return InitProducerIdResult(E.NONE, transit.producer_id, transit.producer_epoch)
         return self._append(md, transit).then(initialized)
 
@@ -355,8 +355,8 @@ class TransactionCoordinator:
             if error != E.NONE:
                 if fencing and self.transactions.get(tid) is md:
                     md.has_failed_epoch_fence = True
-                    log.warning("epoch fence not written", transactional_id=tid,
-                                epoch=producer_epoch, error=error.name)
+                    logger.warning("epoch fence not written", transactional_id=tid,
+                                   epoch=producer_epoch, error=error.name)
                 return error
             if md.producer_id != producer_id:
                 return E.INVALID_PRODUCER_ID_MAPPING
@@ -385,8 +385,8 @@ class TransactionCoordinator:
             return
         for tp in sorted(tp for tp in partitions if tp not in self.replica_manager.partitions):
             # Kafka skips a partition without a leader: its topic is deleted.
-            log.info("transaction partition gone, no marker", transactional_id=tid,
-                     topic=tp[0], partition=tp[1])
+            logger.info("transaction partition gone, no marker", transactional_id=tid,
+                        topic=tp[0], partition=tp[1])
             md.remove_partition(tp)
             partitions.discard(tp)
         if not partitions:
@@ -404,8 +404,8 @@ class TransactionCoordinator:
         if self._pending_markers.get(tid) is not pending:
             return
         if f.cancelled() or f.exception() is not None:
-            log.warning("transaction markers failed", transactional_id=tid,
-                        error=repr(None if f.cancelled() else f.exception()))
+            logger.warning("transaction markers failed", transactional_id=tid,
+                           error=repr(None if f.cancelled() else f.exception()))
             return self._retry_markers(pending, set(partitions))
         results = f.result()
         retry: set[TopicPartition] = set()
@@ -424,7 +424,7 @@ class TransactionCoordinator:
             else:
                 # Fenced (a newer producer or coordinator epoch owns the partition): this
                 # transaction can be ignored there; anything else is unexpected, as in Kafka.
-                log_at = log.info if error in _MARKER_FENCED else log.error
+                log_at = logger.info if error in _MARKER_FENCED else logger.error
                 log_at("transaction markers abandoned", transactional_id=tid, topic=tp[0],
                        partition=tp[1], error=error.name)
                 stop = True
@@ -432,12 +432,12 @@ class TransactionCoordinator:
             try:
                 self._on_offsets_markers(md.producer_id, offsets, pending.commit)
             except Exception:
-                log.exception("offsets not materialized after markers", transactional_id=tid)
+                logger.exception("offsets not materialized after markers", transactional_id=tid)
         if stop:
             self._pending_markers.pop(tid, None)
         elif retry:
-            log.info("retrying transaction markers", transactional_id=tid,
-                     partitions=[f"{t}-{p}" for t, p in sorted(retry)])
+            logger.info("retrying transaction markers", transactional_id=tid,
+                        partitions=[f"{t}-{p}" for t, p in sorted(retry)])
             self._retry_markers(pending, retry)
         else:
             self._maybe_write_completion(tid)
@@ -462,14 +462,14 @@ class TransactionCoordinator:
 
         def written(error: ErrorCode) -> None:
             if error == E.NONE:
-                log.info("transaction completed", transactional_id=tid,
-                         producer_id=md.producer_id, state=md.state.kafka_name)
+                logger.info("transaction completed", transactional_id=tid,
+                            producer_id=md.producer_id, state=md.state.kafka_name)
             elif error == E.COORDINATOR_NOT_AVAILABLE:
                 self._set_deadline(tid, self._wall_ms() + RETRY_BACKOFF_MS,
                                    lambda: self._write_completion(pending))
             else:
-                log.warning("transaction completion not written", transactional_id=tid,
-                            error=error.name)
+                logger.warning("transaction completion not written", transactional_id=tid,
+                               error=error.name)
 
         self._append(md, pending.transit,
                      retry_on_error=lambda e: e == E.COORDINATOR_NOT_AVAILABLE).then(written)
@@ -528,19 +528,15 @@ class TransactionCoordinator:
 
     def _set_deadline(self, tid: str, at_ms: int | None, on_due: Callable[[], None] | None
                       ) -> None:
-        if self._deadlines.pop(tid, None) is not None:
-            self.purgatory.check_and_complete(tid)  # the replaced one completes, doing nothing
+        """The id's one deadline, at ``at_ms`` on the wall clock, replacing the earlier one."""
         if at_ms is None or on_due is None or not self._active:
+            self._deadlines.cancel(tid)
             return
-        op = TxnDeadline(at_ms - self._wall_ms(), lambda op: self._deadlines.get(tid) is op,
-                         on_due)
-        self._deadlines[tid] = op
-        self.purgatory.try_complete_else_watch(op, [tid])
+        self._deadlines.schedule(tid, at_ms - self._wall_ms(), on_due)
 
     def _abort_timed_out(self, tid: str) -> None:
         """Kafka's abortTimedOutTransactions for one id: fence the producer's epoch and abort.
         With a write in flight nothing is done now; its completion sets the deadline again."""
-        self._deadlines.pop(tid, None)
         md = self.transactions.get(tid)
         if md is None or md.state != S.ONGOING or md.pending_transition_in_progress:
             return
@@ -548,21 +544,20 @@ class TransactionCoordinator:
             return self._schedule(md)  # the wall clock is behind the timer: not yet
         transit = md.prepare_fence_producer_epoch()
         self.timed_out += 1
-        log.info("transaction timed out, aborting", transactional_id=tid,
-                 producer_id=md.producer_id, epoch=transit.producer_epoch,
-                 timeout_ms=md.txn_timeout_ms)
+        logger.info("transaction timed out, aborting", transactional_id=tid,
+                    producer_id=md.producer_id, epoch=transit.producer_epoch,
+                    timeout_ms=md.txn_timeout_ms)
 
         def ended(error: ErrorCode) -> None:
             if error != E.NONE:
-                log.info("timed-out transaction not aborted", transactional_id=tid,
-                         error=error.name)
+                logger.info("timed-out transaction not aborted", transactional_id=tid,
+                            error=error.name)
 
         self._end_transaction(tid, transit.producer_id, transit.producer_epoch, False,
                               from_client=False).then(ended)
 
     def _expire_transactional_id(self, tid: str) -> None:
         """transactional.id.expiration.ms passed with no transaction: tombstone and forget."""
-        self._deadlines.pop(tid, None)
         md = self.transactions.get(tid)
         if md is None or md.pending_transition_in_progress or not md.state.expiration_allowed:
             return
@@ -578,10 +573,10 @@ class TransactionCoordinator:
                     and md.producer_epoch == transit.producer_epoch and error == E.NONE):
                 del self.transactions[tid]
                 self.expired_ids += 1
-                log.info("transactional id expired", transactional_id=tid,
-                         producer_id=md.producer_id)
+                logger.info("transactional id expired", transactional_id=tid,
+                            producer_id=md.producer_id)
                 return
-            log.warning("transactional id not expired", transactional_id=tid, error=error.name)
+            logger.warning("transactional id not expired", transactional_id=tid, error=error.name)
             md.pending_state = None
             self._schedule(md)
 
@@ -616,8 +611,8 @@ class TransactionCoordinator:
                 else:
                     error = E.NOT_COORDINATOR
             elif current and not (retry_on_error is not None and retry_on_error(error)):
-                log.info("transaction log append failed", transactional_id=tid,
-                         state=transit.state.kafka_name, error=error.name)
+                logger.info("transaction log append failed", transactional_id=tid,
+                            state=transit.state.kafka_name, error=error.name)
                 md.pending_state = None
             if current and md.pending_state is None:
                 self._schedule(md)

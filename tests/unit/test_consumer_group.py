@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
+from broker.group.classic_group import OffsetAndMetadata
 from broker.group.consumer_coordinator import HeartbeatRequest, HeartbeatResult
 from broker.group.consumer_group import ConsumerGroupState, MemberState
-from broker.group.metadata import OffsetAndMetadata
 from broker.replica.delayed_result import Completion
 from protocol.errors import ErrorCode
 from tests.support.components import Components, build, settle

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from broker.group.metadata import GroupState, JoinResult, OffsetAndMetadata
+from broker.group.classic_group import GroupState, JoinResult, OffsetAndMetadata
 from broker.replica.delayed_result import Completion
 from protocol.errors import ErrorCode
 from tests.support.components import Components, build, settle

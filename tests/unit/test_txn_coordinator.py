@@ -21,11 +21,6 @@ import pytest
 
 from broker.coordinator.records import read_records
 from broker.replica.delayed_result import Completion
-from broker.txn.metadata import (
-    IllegalTransitionError,
-    TransactionMetadata,
-    TransactionState,
-)
 from broker.txn.state_log import (
     TOPIC,
     key_bytes,
@@ -33,6 +28,11 @@ from broker.txn.state_log import (
     read_key,
     read_value,
     value_bytes,
+)
+from broker.txn.transaction_metadata import (
+    IllegalTransitionError,
+    TransactionMetadata,
+    TransactionState,
 )
 from protocol.errors import ErrorCode
 from protocol.record_batch import (
