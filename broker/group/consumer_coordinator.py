@@ -127,7 +127,7 @@ class ConsumerGroupCoordinator:
     def __init__(self, config: ConsumerGroupConfig, owner: GroupCoordinator,
                  timer: Timer, topics: Callable[[], Mapping[str, TopicInfo]]) -> None:
         self.config = config
-        self.owner = owner  # the classic coordinator: its groups, its offsets store
+        self.owner = owner  # the classic coordinator: its groups, and its writes
         # A member's deadlines, by (group id, member id, kind): its session, its rebalance
         # timeout while it revokes, and a classic member's join and sync deadlines.
         self.deadlines: CoordinatorTimer[tuple[str, str, str]] = CoordinatorTimer(timer)
@@ -291,7 +291,7 @@ class ConsumerGroupCoordinator:
         group = self.groups.get(group_id)
         if group is not None:
             return group
-        classic = self.owner.groups.get(group_id)
+        classic = self.owner.classic_group(group_id)
         if not create:
             if classic is None:
                 raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND,
@@ -562,10 +562,10 @@ class ConsumerGroupCoordinator:
         if self.groups.get(group.group_id) is not group:
             return
         records = [(consumer_group_key(group.group_id), consumer_group_value(group.group_epoch))]
-        classic = self.owner.groups.pop(group.group_id, None)
+        classic = self.owner.remove_classic_group(group.group_id)
         if classic is not None and classic.generation_id > 0:
             records.append((group_key(group.group_id), None))
-        self.owner.store.write(group.group_id, records).add_done_callback(
+        self.owner.write(group.group_id, records).add_done_callback(
             lambda f: f.result() == ErrorCode.NONE or logger.warning(
                 "consumer group record not written", group=group.group_id,
                 error=f.result().name))

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import structlog
 
 from broker.config import BrokerConfig
+from broker.coordinator.records import Record
 from broker.group.classic_group import (
     GroupMetadata,
     GroupOffsets,
@@ -111,6 +112,18 @@ class GroupCoordinator:
         for classic in self.groups.values():
             for member in classic.members.values():
                 self._schedule_heartbeat(classic, member)
+
+    def classic_group(self, group_id: str) -> GroupMetadata | None:
+        return self.groups.get(group_id)
+
+    def remove_classic_group(self, group_id: str) -> GroupMetadata | None:
+        """An empty classic group gives way to a consumer group (the caller took its offsets
+        and writes its tombstone)."""
+        return self.groups.pop(group_id, None)
+
+    def write(self, group_id: str, records: list[Record]) -> Completion[ErrorCode]:
+        """Records of the group to its __consumer_offsets partition, committed there."""
+        return self.store.write(group_id, records)
 
     def offsets_group(self, group_id: str) -> GroupMetadata | ConsumerGroup | None:
         """The group holding ``group_id``'s offsets, whichever protocol it speaks."""
@@ -347,7 +360,7 @@ class GroupCoordinator:
         if (group.generation_id != generation or not group.pending_sync
                 or not group.is_(S.COMPLETING_REBALANCE, S.STABLE)):
             return
-        laggards = [group.members[m] for m in group.pending_sync if m in group.members]
+        laggards = [m for m in map(group.members.get, group.pending_sync) if m is not None]
         group.pending_sync.clear()
         for member in laggards:
             self._remove_member(group, member)
@@ -562,8 +575,10 @@ class GroupCoordinator:
                 error = ErrorCode.GROUP_ID_NOT_FOUND  # Kafka's answer from v9, both protocols
             if error is None and classic is None:
                 classic = self.groups[group_id] = GroupMetadata(group_id)
-            elif error is None and classic is not None and member_id in classic.members:
-                self._schedule_heartbeat(classic, classic.members[member_id])
+            elif error is None and classic is not None:
+                member = classic.members.get(member_id)
+                if member is not None:
+                    self._schedule_heartbeat(classic, member)
             group = classic
         if error is not None:
             return completed({tp: error for tp in offsets})
