@@ -72,17 +72,14 @@ class MemberMetadata:
     assignment: bytes = b""
     awaiting_join: Completion[JoinResult] | None = None
     awaiting_sync: Completion[tuple[int, bytes]] | None = None
-    heartbeat_satisfied: bool = False
     is_new: bool = True
 
     def has_satisfied_heartbeat(self) -> bool:
         """Kafka's rule: awaiting a JoinGroup or SyncGroup answer keeps a member alive, except
         a new member's first join, which its own join timeout bounds."""
         if self.is_new:
-            return self.heartbeat_satisfied
-        if self.awaiting_join is not None or self.awaiting_sync is not None:
-            return True
-        return self.heartbeat_satisfied
+            return False
+        return self.awaiting_join is not None or self.awaiting_sync is not None
 
     def metadata_for(self, protocol: str) -> bytes:
         for name, meta in self.protocols:

@@ -2,7 +2,7 @@
 
 Members join (JoinGroup), the rebalance waits in the join purgatory until all known members
 have rejoined, the leader's assignment is distributed (SyncGroup), and sessions are kept by
-heartbeats, each session a DelayedHeartbeat in the heartbeat purgatory. Group metadata and
+heartbeats, each session a deadline on the coordinator's timer. Group metadata and
 committed offsets are written to __consumer_offsets and answered once committed there.
 
 Transactional offset commits (KIP-98, KIP-447) are written at once as a transactional batch
@@ -21,6 +21,7 @@ import structlog
 
 from broker.config import BrokerConfig
 from broker.coordinator.records import Record
+from broker.coordinator.timer import CoordinatorTimer
 from broker.group.classic_group import (
     GroupMetadata,
     GroupOffsets,
@@ -36,13 +37,7 @@ from broker.group.consumer_coordinator import (
     HeartbeatResult,
 )
 from broker.group.consumer_group import ConsumerGroup, ConsumerGroupMember
-from broker.group.delayed import (
-    DelayedHeartbeat,
-    DelayedJoin,
-    DelayedPendingMember,
-    DelayedSync,
-    InitialDelayedJoin,
-)
+from broker.group.delayed import DelayedJoin, InitialDelayedJoin
 from broker.group.offsets_store import (
     OffsetsStore,
     group_key,
@@ -88,7 +83,10 @@ class GroupCoordinator:
         self.config = config
         self.groups: dict[str, GroupMetadata] = {}
         self.join_purgatory: Purgatory = Purgatory("join", timer)
-        self.heartbeat_purgatory: Purgatory = Purgatory("heartbeat", timer)
+        # Deadlines by key: a member's session (or a pending member's join deadline, the same
+        # key, as Kafka), ("heartbeat", group id, member id); a generation's SyncGroup
+        # deadline, ("sync", group id).
+        self.deadlines: CoordinatorTimer[tuple[str, ...]] = CoordinatorTimer(timer)
         self.store = store
         self._partition_exists = partition_exists
         self.rebalances: dict[str, int] = {}  # rebalances started per group (metrics)
@@ -199,8 +197,8 @@ class GroupCoordinator:
                                                    session_ms, protocols)
         elif require_known_id:
             group.pending_members.add(new_id)
-            op = DelayedPendingMember(self, group, new_id, session_ms)
-            self.heartbeat_purgatory.try_complete_else_watch(op, [(group.group_id, new_id)])
+            self.deadlines.schedule(_heartbeat_key(group.group_id, new_id), session_ms,
+                                    lambda: self.expire_pending(group, new_id))
             return completed(JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id=new_id))
         member = MemberMetadata(new_id, instance_id, client_id, client_host, rebalance_ms,
                                 session_ms, protocol_type, protocols)
@@ -218,8 +216,7 @@ class GroupCoordinator:
         """
         member = group.members[old_id]
         previous_leader = group.leader_id or ""
-        member.heartbeat_satisfied = True  # end the old id's session op
-        self.heartbeat_purgatory.check_and_complete((group.group_id, old_id))
+        self.deadlines.cancel(_heartbeat_key(group.group_id, old_id))  # the old id's session
         self._fence(member)
         member.awaiting_join = member.awaiting_sync = None
         group.rename(old_id, new_id)
@@ -248,7 +245,7 @@ class GroupCoordinator:
     ) -> Completion[JoinResult]:
         if member_id in group.pending_members:
             group.pending_members.discard(member_id)
-            self.heartbeat_purgatory.check_and_complete((group.group_id, member_id))
+            self.deadlines.cancel(_heartbeat_key(group.group_id, member_id))
             member = MemberMetadata(member_id, instance_id, client_id, client_host, rebalance_ms,
                                     session_ms, protocol_type, protocols)
             return self._add_and_rebalance(group, member)
@@ -291,7 +288,7 @@ class GroupCoordinator:
 
     def _prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
         group.pending_sync.clear()
-        self.join_purgatory.check_and_complete((group.group_id, "sync"))
+        self.deadlines.cancel(("sync", group.group_id))
         if group.is_(S.COMPLETING_REBALANCE):
             self._reset_and_propagate_assignment(group, ErrorCode.REBALANCE_IN_PROGRESS)
         if group.is_(S.EMPTY):
@@ -346,14 +343,15 @@ class GroupCoordinator:
         """Every member must send its SyncGroup within the rebalance timeout (Kafka's
         DelayedSync), heartbeating or not; those that do not are removed."""
         group.pending_sync = set(group.members)
-        op = DelayedSync(self, group, group.generation_id, group.max_rebalance_timeout())
-        self.join_purgatory.try_complete_else_watch(op, [(group.group_id, "sync")])
+        generation = group.generation_id
+        self.deadlines.schedule(("sync", group.group_id), group.max_rebalance_timeout(),
+                                lambda: self.expire_pending_sync(group, generation))
 
     def _synced(self, group: GroupMetadata, member_id: str) -> None:
         if member_id in group.pending_sync:
             group.pending_sync.discard(member_id)
             if not group.pending_sync:
-                self.join_purgatory.check_and_complete((group.group_id, "sync"))
+                self.deadlines.cancel(("sync", group.group_id))
 
     def expire_pending_sync(self, group: GroupMetadata, generation: int) -> None:
         """The rebalance timeout passed with members that never sent SyncGroup."""
@@ -474,7 +472,7 @@ class GroupCoordinator:
                 member_id = known
             if member_id in group.pending_members:
                 group.pending_members.discard(member_id)
-                self.heartbeat_purgatory.check_and_complete((group_id, member_id))
+                self.deadlines.cancel(_heartbeat_key(group_id, member_id))
                 self.join_purgatory.check_and_complete(group_id)
                 results.append(ErrorCode.NONE)
                 continue
@@ -487,7 +485,7 @@ class GroupCoordinator:
         return ErrorCode.NONE, results
 
     def expire_member(self, group: GroupMetadata, member: MemberMetadata) -> None:
-        """A DelayedHeartbeat expired: the member's session is over, unless it is kept alive
+        """The member's session deadline passed: its session is over, unless it is kept alive
         by a JoinGroup or SyncGroup the broker has not answered yet."""
         if group.members.get(member.member_id) is member and not member.has_satisfied_heartbeat():
             self._remove_and_update(group, member, "session timed out")
@@ -509,8 +507,7 @@ class GroupCoordinator:
     def _remove_member(self, group: GroupMetadata, member: MemberMetadata) -> None:
         group.remove(member.member_id)
         self._synced(group, member.member_id)
-        member.heartbeat_satisfied = True
-        self.heartbeat_purgatory.check_and_complete((group.group_id, member.member_id))
+        self.deadlines.cancel(_heartbeat_key(group.group_id, member.member_id))
         for fut in (member.awaiting_join, member.awaiting_sync):
             if fut is not None and not fut.done():
                 if fut is member.awaiting_join:
@@ -521,7 +518,6 @@ class GroupCoordinator:
         member.awaiting_join = member.awaiting_sync = None
 
     def _fence(self, member: MemberMetadata) -> None:
-        member.heartbeat_satisfied = True
         if member.awaiting_join is not None and not member.awaiting_join.done():
             member.awaiting_join.set_result(JoinResult(ErrorCode.FENCED_INSTANCE_ID,
                                                        member_id=member.member_id))
@@ -529,16 +525,16 @@ class GroupCoordinator:
             member.awaiting_sync.set_result((ErrorCode.FENCED_INSTANCE_ID, b""))
 
     def _schedule_heartbeat(self, group: GroupMetadata, member: MemberMetadata) -> None:
-        """Complete the member's current session op and park a fresh one (Kafka's
-        completeAndScheduleNextHeartbeatExpiration)."""
-        key = (group.group_id, member.member_id)
-        member.heartbeat_satisfied = True
-        self.heartbeat_purgatory.check_and_complete(key)
-        member.heartbeat_satisfied = False
+        """The member's next session deadline, replacing the current one (Kafka's
+        completeAndScheduleNextHeartbeatExpiration). A member awaiting its JoinGroup or
+        SyncGroup answer has none meanwhile: it cannot heartbeat while the broker holds it."""
+        key = _heartbeat_key(group.group_id, member.member_id)
+        if group.members.get(member.member_id) is not member or member.has_satisfied_heartbeat():
+            self.deadlines.cancel(key)
+            return
         timeout = (self.config.new_member_join_timeout_ms if member.is_new
                    else member.session_timeout_ms)
-        op = DelayedHeartbeat(self, group, member, timeout)
-        self.heartbeat_purgatory.try_complete_else_watch(op, [key])
+        self.deadlines.schedule(key, timeout, lambda: self.expire_member(group, member))
 
     def _check_member(self, group: GroupMetadata | None, member_id: str,
                       instance_id: str | None, generation_id: int) -> ErrorCode | None:
@@ -958,6 +954,10 @@ class GroupCoordinator:
         if expired:
             logger.info("offsets expired", group=gid, partitions=len(expired))
         return len(expired)
+
+
+def _heartbeat_key(group_id: str, member_id: str) -> tuple[str, str, str]:
+    return "heartbeat", group_id, member_id
 
 
 def _consumer_commit_error(group: ConsumerGroup, member_id: str, member_epoch: int, *,

@@ -255,7 +255,7 @@ class BrokerCollector(Collector):
                      ) -> Iterator[Metric]:
         purgatories = [rm.produce_purgatory, rm.fetch_purgatory]
         if coordinator is not None:
-            purgatories += [coordinator.join_purgatory, coordinator.heartbeat_purgatory]
+            purgatories.append(coordinator.join_purgatory)
         label = ["purgatory"]
         watched = GaugeMetricFamily(
             f"{PREFIX}_purgatory_watched", "Entries in the watcher lists (Kafka's "
