@@ -6,13 +6,11 @@ the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then READ on the g
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 from kafka.protocol.producer import AddOffsetsToTxnResponse
 
 from broker.apis.authorize import allowed
-from broker.apis.deferred import answer_later
 from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 
@@ -38,9 +36,7 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
 
     result = ctx.transactions.add_offsets(req.transactional_id, req.producer_id,
                                           req.producer_epoch, req.group_id)
-    if isinstance(result, asyncio.Future):
-        return answer_later(result, build)
-    return build(result)
+    return result.then(build)
 
 
 def _answer(error: ErrorCode) -> AddOffsetsToTxnResponse:

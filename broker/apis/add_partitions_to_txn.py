@@ -15,12 +15,12 @@ partitions TOPIC_AUTHORIZATION_FAILED, failing the transaction as an unknown par
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 from kafka.protocol.producer import AddPartitionsToTxnResponse
 
 from broker.apis.authorize import allowed, cluster_allowed, filter_allowed
+from broker.replica.delayed_result import Completion, all_of, completed
 from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 
@@ -50,30 +50,18 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
                 for t in req.transactions]
     ids = [t[0] for t in txns]
     pending = [_one(ctx, request, version, *t) for t in txns]
-    if all(isinstance(r, dict) for r in pending):
-        return _response(version, list(zip(ids, pending, strict=True)))  # type: ignore[arg-type]
-    loop = asyncio.get_running_loop()
-    waits = [r if isinstance(r, asyncio.Future) else _done(loop, r) for r in pending]
-    answer: asyncio.Future[AddPartitionsToTxnResponse] = loop.create_future()
-
-    def gathered(f: asyncio.Future[list[dict[TopicPartition, ErrorCode]]]) -> None:
-        if f.exception() is not None:
-            answer.set_exception(f.exception())  # type: ignore[arg-type]
-        else:
-            answer.set_result(_response(version, list(zip(ids, f.result(), strict=True))))
-
-    asyncio.gather(*waits).add_done_callback(gathered)
-    return answer
+    return all_of(pending).then(
+        lambda results: _response(version, list(zip(ids, results, strict=True))))
 
 
 def _one(ctx: ApiContext, request: Request, version: int, tid: str, pid: int, epoch: int,
-         verify_only: bool, topics: list) -> dict[TopicPartition, ErrorCode] | asyncio.Future:
+         verify_only: bool, topics: list) -> Completion[dict[TopicPartition, ErrorCode]]:
     """One transaction's partitions and their errors (now, or once its log write commits)."""
     tps = [(t.name, p) for t in topics for p in t.partitions]
     writable: set[str] | None = None  # None: every topic (from a broker, or ACLs off)
     if version < 4 and ctx.authorizer.enabled:
         if not allowed(ctx, request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
-            return {tp: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for tp in tps}
+            return completed({tp: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for tp in tps})
         writable = filter_allowed(ctx, request, AclOperation.WRITE, ResourceType.TOPIC,
                                   (t for t, _p in tps if t not in INTERNAL_TOPICS))
     failed: dict[TopicPartition, ErrorCode] = {}
@@ -84,29 +72,18 @@ def _one(ctx: ApiContext, request: Request, version: int, tid: str, pid: int, ep
         elif tp not in ctx.replica_manager.partitions:
             failed[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     if failed:
-        return {tp: failed.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in tps}
+        return completed({tp: failed.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in tps})
     if ctx.transactions is None:
-        return {tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in tps}
+        return completed({tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in tps})
     if verify_only:
-        return ctx.transactions.verify_partitions(tid, pid, epoch, tps)
+        return completed(ctx.transactions.verify_partitions(tid, pid, epoch, tps))
 
     def per_partition(error: ErrorCode) -> dict[TopicPartition, ErrorCode]:
         if error == ErrorCode.PRODUCER_FENCED and version < 2:
             error = ErrorCode.INVALID_PRODUCER_EPOCH
         return {tp: error for tp in tps}
 
-    result = ctx.transactions.add_partitions(tid, pid, epoch, tps)
-    if not isinstance(result, asyncio.Future):
-        return per_partition(result)
-    out: asyncio.Future[dict[TopicPartition, ErrorCode]] = result.get_loop().create_future()
-    result.add_done_callback(lambda f: out.set_result(per_partition(f.result())))
-    return out
-
-
-def _done(loop: asyncio.AbstractEventLoop, value: object) -> asyncio.Future:
-    fut = loop.create_future()
-    fut.set_result(value)
-    return fut
+    return ctx.transactions.add_partitions(tid, pid, epoch, tps).then(per_partition)
 
 
 def _topic_results(errors: dict[TopicPartition, ErrorCode]) -> list:

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 from kafka.protocol.admin import DeleteGroupsResponse
 
 from broker.apis.authorize import filter_allowed
-from broker.apis.deferred import answer_later
 from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 
@@ -31,9 +30,7 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
         if not names:
             return _response(denied)
     result = ctx.groups.delete_groups(names)
-    if isinstance(result, dict):
-        return _response({**result, **denied})
-    return answer_later(result, lambda r: _response({**r, **denied}))
+    return result.then(lambda r: _response({**r, **denied}))
 
 
 def _response(results: dict[str, ErrorCode]) -> DeleteGroupsResponse:

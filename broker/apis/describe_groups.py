@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from kafka.protocol.admin import DescribeGroupsResponse
 
 from broker.apis.authorize import allowed, authorized_ops
-from broker.group.metadata import GroupState
+from broker.group.classic_group import GroupState
 from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 

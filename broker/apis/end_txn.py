@@ -9,13 +9,11 @@ Needs WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, noth
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 from kafka.protocol.producer import EndTxnResponse
 
 from broker.apis.authorize import allowed
-from broker.apis.deferred import answer_later
 from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 
@@ -39,9 +37,7 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
 
     result = ctx.transactions.end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
                                       req.committed)
-    if isinstance(result, asyncio.Future):
-        return answer_later(result, build)
-    return build(result)
+    return result.then(build)
 
 
 def _answer(error: ErrorCode) -> EndTxnResponse:

@@ -16,7 +16,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from broker.apis.authorize import filter_allowed
-from broker.apis.deferred import answer_later
 from broker.replica.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, CachedPartition, FetchSession
 from broker.replica.replica_manager import FetchResult, PartitionFetch
 from broker.security.acl import AclOperation, ResourceType
@@ -57,13 +56,10 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     results = ctx.replica_manager.fetch_messages(fetches, req.max_bytes, req.min_bytes,
                                                  req.max_wait_ms, limit=allowance,
                                                  isolation_level=req.isolation_level)
-
-    if isinstance(results, list):
-        return _respond(wanted, refused, version, session_id, incremental, results)
-    # What the answer needs waits with the parked fetch in one partial: no closure (a function
+    # What the answer needs waits with a parked fetch in one partial: no closure (a function
     # and a cell per name), no empty dict of refusals, nothing of the decoded request.
-    return answer_later(results, partial(_respond, wanted, refused or None, version, session_id,
-                                         incremental))
+    return results.then(partial(_respond, wanted, refused or None, version, session_id,
+                                incremental))
 
 
 def _respond(wanted: list[CachedPartition], refused: dict[int, ErrorCode] | None, version: int,

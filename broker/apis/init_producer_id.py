@@ -13,13 +13,11 @@ WRITE on some topic (CLUSTER_AUTHORIZATION_FAILED), as Kafka 3+ allows it.
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 from kafka.protocol.producer import InitProducerIdResponse
 
 from broker.apis.authorize import allowed, allowed_any, cluster_allowed
-from broker.apis.deferred import answer_later
 from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 
@@ -59,9 +57,7 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
             error = ErrorCode.INVALID_PRODUCER_EPOCH
         return _answer(error, r.producer_id, r.producer_epoch)
 
-    if isinstance(result, asyncio.Future):
-        return answer_later(result, build)
-    return build(result)
+    return result.then(build)
 
 
 def _denied(ctx: ApiContext, request: Request, tid: str | None) -> ErrorCode | None:

@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING
 from kafka.protocol.consumer import JoinGroupResponse
 
 from broker.apis.authorize import allowed
-from broker.apis.deferred import answer_later
-from broker.group.metadata import JoinResult
+from broker.group.classic_group import JoinResult
 from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 
@@ -37,9 +36,7 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
         session_timeout_ms=req.session_timeout_ms, protocol_type=req.protocol_type,
         protocols=[(p.name, bytes(p.metadata)) for p in req.protocols],
     )
-    if isinstance(result, JoinResult):
-        return _response(result)
-    return answer_later(result, _response)
+    return result.then(_response)
 
 
 def _response(r: JoinResult) -> JoinGroupResponse:

@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.consumer import OffsetCommitResponse
 
 from broker.apis.authorize import allowed, filter_allowed
-from broker.apis.deferred import answer_later
-from broker.group.metadata import OffsetAndMetadata
+from broker.group.classic_group import OffsetAndMetadata
 from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 
@@ -38,9 +37,7 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     result = ctx.groups.commit_offsets(
         req.group_id, req.member_id, getattr(req, "group_instance_id", None),
         req.generation_id_or_member_epoch, offsets, request.version)
-    if isinstance(result, dict):
-        return _response({**result, **denied})
-    return answer_later(result, lambda r: _response({**r, **denied}))
+    return result.then(lambda r: _response({**r, **denied}))
 
 
 def split_readable(ctx: ApiContext, request: Request, offsets: dict[TopicPartition, Any]

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 from kafka.protocol.consumer import OffsetDeleteResponse
 
 from broker.apis.authorize import allowed, filter_allowed
-from broker.apis.deferred import answer_later
 from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 
@@ -39,9 +38,7 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
         if not wanted:
             return _response((ErrorCode.NONE, denied))
     result = ctx.groups.delete_offsets(req.group_id, wanted)
-    if isinstance(result, tuple):
-        return _response(_merged(result, denied))
-    return answer_later(result, lambda r: _response(_merged(r, denied)))
+    return result.then(lambda r: _response(_merged(r, denied)))
 
 
 def _merged(result: Result, denied: dict[tuple[str, int], ErrorCode]) -> Result:

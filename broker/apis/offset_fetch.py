@@ -26,7 +26,7 @@ from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from broker.apis.context import ApiContext
-    from broker.group.metadata import OffsetAndMetadata
+    from broker.group.classic_group import OffsetAndMetadata
     from broker.network.request import Request
 
 OldTopic = OffsetFetchResponse.OffsetFetchResponseTopic

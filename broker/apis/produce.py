@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from kafka.protocol.producer import ProduceResponse
 
 from broker.apis.authorize import allowed, filter_allowed
-from broker.apis.deferred import answer_later
 from broker.replica.replica_manager import ProduceResult, ProduceResults
 from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
@@ -61,11 +60,9 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
                                                  req.timeout_ms, transactional_id=tid)
     if req.acks == 0:
         return None
-    if isinstance(results, dict):
-        return _response({**results, **denied} if denied else results)
     if denied:
-        return answer_later(results, lambda r: _response({**r, **denied}))
-    return answer_later(results, _response)
+        return results.then(lambda r: _response({**r, **denied}))
+    return results.then(_response)
 
 
 def _refuse_all(entries: list, acks: int) -> ProduceResponse | None:

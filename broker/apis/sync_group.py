@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 from kafka.protocol.consumer import SyncGroupResponse
 
 from broker.apis.authorize import allowed
-from broker.apis.deferred import answer_later
 from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 
@@ -34,9 +33,7 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     if req.group_id in coordinator.consumer.groups:
         # A classic member of a consumer group: Kafka echoes the request's protocol.
         names = (getattr(req, "protocol_type", None), getattr(req, "protocol_name", None))
-    if isinstance(result, tuple):
-        return _response(result, names)
-    return answer_later(result, lambda r: _response(r, names))
+    return result.then(lambda r: _response(r, names))
 
 
 def _response(result: tuple[ErrorCode, bytes], names: tuple[str | None, str | None]

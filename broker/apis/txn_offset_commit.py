@@ -23,10 +23,9 @@ from typing import TYPE_CHECKING
 from kafka.protocol.producer import TxnOffsetCommitResponse
 
 from broker.apis.authorize import allowed
-from broker.apis.deferred import answer_later
 from broker.apis.offset_commit import requested_offsets, split_readable
+from broker.group.classic_group import OffsetAndMetadata
 from broker.group.coordinator import offset_commit_error
-from broker.group.metadata import OffsetAndMetadata
 from broker.group.offsets_store import TOPIC
 from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
@@ -68,9 +67,7 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     result = ctx.groups.commit_transactional_offsets(
         req.group_id, req.producer_id, req.producer_epoch, member_id, instance_id,
         generation_id, offsets)
-    if result.done():
-        return _response({**result.result(), **denied}, version)
-    return answer_later(result, lambda r: _response({**r, **denied}, version))
+    return result.then(lambda r: _response({**r, **denied}, version))
 
 
 def _verify(ctx: ApiContext, transactional_id: str, producer_id: int, producer_epoch: int,

@@ -11,13 +11,13 @@ partition answers CLUSTER_AUTHORIZATION_FAILED and no marker is written.
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 import structlog
 from kafka.protocol.producer import WriteTxnMarkersResponse
 
 from broker.apis.authorize import cluster_allowed
+from broker.replica.delayed_result import Completion, all_of, completed
 from broker.security.acl import AclOperation
 from protocol.errors import ErrorCode
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
-log = structlog.get_logger("broker.txn")
+logger = structlog.get_logger("broker.txn")
 
 MarkerResult = WriteTxnMarkersResponse.WritableTxnMarkerResult
 TopicResult = MarkerResult.WritableTxnMarkerTopicResult
@@ -44,54 +44,41 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
             MarkerResult(producer_id=m.producer_id, topics=_topics(
                 {(t.name, p): denied for t in m.topics for p in t.partition_indexes}))
             for m in markers])
-    loop = asyncio.get_running_loop()
-    waits = [_write(ctx, loop, m) for m in markers]
-    if not waits:
+    if not markers:
         return WriteTxnMarkersResponse(markers=[])
-    answer: asyncio.Future[WriteTxnMarkersResponse] = loop.create_future()
-
-    def gathered(f: asyncio.Future[list[dict[TopicPartition, ErrorCode]]]) -> None:
-        if f.exception() is not None:
-            answer.set_exception(f.exception())  # type: ignore[arg-type]
-            return
-        answer.set_result(WriteTxnMarkersResponse(markers=[
+    return all_of([_write(ctx, m) for m in markers]).then(
+        lambda written: WriteTxnMarkersResponse(markers=[
             MarkerResult(producer_id=m.producer_id, topics=_topics(errors))
-            for m, errors in zip(markers, f.result(), strict=True)]))
-
-    asyncio.gather(*waits).add_done_callback(gathered)
-    return answer
+            for m, errors in zip(markers, written, strict=True)]))
 
 
-def _write(ctx: ApiContext, loop: asyncio.AbstractEventLoop, marker) -> asyncio.Future:  # type: ignore[no-untyped-def]
+def _write(ctx: ApiContext, marker) -> Completion[dict[TopicPartition, ErrorCode]]:  # type: ignore[no-untyped-def]
     """One marker's partitions and their errors, once its appends are committed."""
     tps = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
     errors = {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for tp in tps
               if tp not in ctx.replica_manager.partitions}
     known = [tp for tp in tps if tp not in errors]
-    done: asyncio.Future[dict[TopicPartition, ErrorCode]] = loop.create_future()
     if not known:
-        done.set_result(errors)
-        return done
+        return completed(errors)
     commit = bool(marker.transaction_result)
     written = ctx.replica_manager.write_txn_markers(
         marker.producer_id, marker.producer_epoch, marker.coordinator_epoch, commit, known,
         REQUEST_TIMEOUT_MS)
 
-    def appended(f: asyncio.Future[dict[TopicPartition, ErrorCode]]) -> None:
-        results = {**errors, **f.result()}
+    def appended(outcome: dict[TopicPartition, ErrorCode]) -> dict[TopicPartition, ErrorCode]:
+        results = {**errors, **outcome}
         offsets = [tp for tp, e in results.items() if tp[0] == OFFSETS_TOPIC and e == 0]
         if offsets:
             try:
                 ctx.groups.handle_txn_completion(  # type: ignore[attr-defined]
                     marker.producer_id, [p for _t, p in offsets], commit)
             except Exception:
-                log.exception("offsets not materialized after markers",
-                              producer_id=marker.producer_id)
+                logger.exception("offsets not materialized after markers",
+                                 producer_id=marker.producer_id)
                 results.update({tp: ErrorCode.UNKNOWN_SERVER_ERROR for tp in offsets})
-        done.set_result(results)
+        return results
 
-    asyncio.ensure_future(written).add_done_callback(appended)
-    return done
+    return written.then(appended)
 
 
 def _topics(errors: dict[TopicPartition, ErrorCode]) -> list:

@@ -8,7 +8,6 @@ partition's batches read back through its log when the state is loaded.
 
 from __future__ import annotations
 
-import asyncio
 import struct
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -17,11 +16,11 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
 from broker.log.log import AppendOrigin
-from broker.replica.replica_manager import produce_outcome
 from protocol.errors import ErrorCode
 from protocol.record_batch import NO_SEQUENCE, BatchHeader, iter_batches
 
 if TYPE_CHECKING:
+    from broker.replica.delayed_result import Completion
     from broker.replica.partition import Partition
     from broker.replica.replica_manager import ReplicaManager
 
@@ -109,9 +108,10 @@ class Reader:
 def append_as_coordinator(
     replica_manager: ReplicaManager, tp: TopicPartition, records: Iterable[Record],
     timestamp_ms: int, timeout_ms: int, *, producer_id: int = -1, producer_epoch: int = -1,
-) -> asyncio.Future[tuple[ErrorCode, int]]:
+) -> Completion[tuple[ErrorCode, int]]:
     """The records as one batch, acks=-1, as the coordinator (Kafka's AppendOrigin.COORDINATOR);
-    resolves with the error and the batch's base offset once committed. With a producer id the
+    completes with the error and the batch's base offset once committed (UNKNOWN_SERVER_ERROR
+    if computing the append's answer failed). With a producer id the
     batch is transactional, with no sequence, so the transaction's marker decides it."""
     builder = DefaultRecordBatchBuilder(2, 0, producer_id >= 0, producer_id, producer_epoch,
                                         NO_SEQUENCE, 1 << 30)
@@ -120,8 +120,8 @@ def append_as_coordinator(
     appended = replica_manager.append_records(
         [(tp, bytes(builder.build()))], api_version=11, acks=-1, timeout_ms=timeout_ms,
         origin=AppendOrigin.COORDINATOR)
-    return produce_outcome(appended, lambda res: (res[tp].error, res[tp].base_offset),
-                           (ErrorCode.UNKNOWN_SERVER_ERROR, -1))
+    return appended.then(lambda res: (res[tp].error, res[tp].base_offset)).exceptionally(
+        (ErrorCode.UNKNOWN_SERVER_ERROR, -1))
 
 
 def read_batches(partition: Partition, end: int) -> Iterator[tuple[bytes, int, BatchHeader]]:

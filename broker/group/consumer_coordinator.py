@@ -8,10 +8,11 @@ change in the subscribed topics' partitions, bumps the group epoch); compute a n
 assignment with the server-side assignor if the group epoch is ahead of it; reconcile the
 member one step towards its target (consumer_group.reconcile).
 
-Deadlines are delayed operations in the classic coordinator's heartbeat purgatory: the session
-(group.consumer.session.timeout.ms, renewed by each heartbeat) and, while a member must revoke
-partitions, its rebalance timeout; either expiring fences the member out of the group, which
-bumps the group epoch so the others take over its partitions.
+Deadlines are keyed by (group, member, kind) on the coordinators' timer
+(broker/coordinator/timer.py): the session (group.consumer.session.timeout.ms, renewed by each
+heartbeat) and, while a member must revoke partitions, its rebalance timeout; either expiring
+fences the member out of the group, which bumps the group epoch so the others take over its
+partitions.
 
 Members and assignments live in memory only: the group record written to __consumer_offsets
 holds the group epoch, so after a restart the group is known (Empty) and a member heartbeating
@@ -35,7 +36,9 @@ from kafka.protocol.consumer.metadata import (
 )
 
 from broker.config import BrokerConfig
+from broker.coordinator.timer import CoordinatorTimer
 from broker.group.assignors import ASSIGNORS, MemberSubscription, assignor_names
+from broker.group.classic_group import GroupState, JoinResult
 from broker.group.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
@@ -47,17 +50,16 @@ from broker.group.consumer_group import (
     compile_regex,
     reconcile,
 )
-from broker.group.metadata import GroupState, JoinResult
 from broker.group.offsets_store import consumer_group_key, consumer_group_value, group_key
 from broker.metadata.dynamic_config import group_setting
 from protocol.errors import ErrorCode
-from purgatory import DelayedOperation, Purgatory
+from purgatory import Timer
 
 if TYPE_CHECKING:
     from broker.group.coordinator import GroupCoordinator
     from broker.metadata.file_store import TopicInfo
 
-log = structlog.get_logger("broker.group")
+logger = structlog.get_logger("broker.group")
 
 #: Topics a regex never matches, as the clients never subscribe to them by pattern.
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
@@ -117,23 +119,6 @@ class GroupError(Exception):
         self.message = message
 
 
-class DelayedMemberDeadline(DelayedOperation):
-    """A member's session or rebalance deadline; cancelling it is completing it."""
-
-    def __init__(self, on_expiry: Callable[[], None], timeout_ms: int) -> None:
-        super().__init__(timeout_ms)
-        self._on_expiry = on_expiry
-
-    def try_complete(self) -> bool:
-        return False
-
-    def on_complete(self) -> None:
-        pass
-
-    def on_expiration(self) -> None:
-        self._on_expiry()
-
-
 def new_member_id() -> str:
     """A member id as Kafka makes one: a random UUID in URL-safe base64."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
@@ -141,13 +126,14 @@ def new_member_id() -> str:
 
 class ConsumerGroupCoordinator:
     def __init__(self, config: ConsumerGroupConfig, owner: GroupCoordinator,
-                 purgatory: Purgatory, topics: Callable[[], Mapping[str, TopicInfo]]) -> None:
+                 timer: Timer, topics: Callable[[], Mapping[str, TopicInfo]]) -> None:
         self.config = config
-        self.owner = owner  # the classic coordinator: its groups, its offsets store
-        self.purgatory = purgatory
+        self.owner = owner  # the classic coordinator: its groups, and its writes
+        # A member's deadlines, by (group id, member id, kind): its session, its rebalance
+        # timeout while it revokes, and a classic member's join and sync deadlines.
+        self.deadlines: CoordinatorTimer[tuple[str, str, str]] = CoordinatorTimer(timer)
         self._topics = topics
         self.groups: dict[str, ConsumerGroup] = {}
-        self._deadlines: dict[tuple[str, str, str], DelayedMemberDeadline] = {}
         self._regexes: dict[str, re.Pattern[str]] = {}
         self.rebalances: dict[str, int] = {}  # group epoch bumps per group (metrics)
         self.heartbeats = 0
@@ -175,8 +161,8 @@ class ConsumerGroupCoordinator:
                 return self._leave(req)
             return self._heartbeat(req)
         except GroupError as e:
-            log.debug("consumer group heartbeat refused", group=req.group_id,
-                      member=req.member_id, error=e.code.name, reason=e.message)
+            logger.debug("consumer group heartbeat refused", group=req.group_id,
+                         member=req.member_id, error=e.code.name, reason=e.message)
             return HeartbeatResult(e.code, e.message)
 
     def _validate(self, req: HeartbeatRequest) -> None:
@@ -298,9 +284,9 @@ class ConsumerGroupCoordinator:
         bump = (updated.subscribed_topic_names != member.subscribed_topic_names
                 or updated.subscribed_topic_regex != member.subscribed_topic_regex)
         if updated.member_id not in group.members:
-            log.info("member joins the consumer group", group=group.group_id,
-                     member=updated.member_id, instance=updated.instance_id,
-                     protocol="classic" if updated.uses_classic_protocol else "consumer")
+            logger.info("member joins the consumer group", group=group.group_id,
+                        member=updated.member_id, instance=updated.instance_id,
+                        protocol="classic" if updated.uses_classic_protocol else "consumer")
         group.update_member(updated)
         bump = self._resolve_regex(group, updated, topic_allowed) or bump
         bump = self._refresh_subscription_metadata(group) or bump
@@ -317,7 +303,7 @@ class ConsumerGroupCoordinator:
         group = self.groups.get(group_id)
         if group is not None:
             return group
-        classic = self.owner.groups.get(group_id)
+        classic = self.owner.classic_group(group_id)
         if not create:
             if classic is None:
                 raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND,
@@ -388,8 +374,8 @@ class ConsumerGroupCoordinator:
         if regex is not None:
             group.resolved_regex[member_id] = regex
         group.update_member(new)
-        log.info("static member replaced", group=group.group_id, instance=old.instance_id,
-                 old=old.member_id, new=member_id)
+        logger.info("static member replaced", group=group.group_id, instance=old.instance_id,
+                    old=old.member_id, new=member_id)
         return new
 
     @staticmethod
@@ -451,8 +437,8 @@ class ConsumerGroupCoordinator:
         group.group_epoch += 1
         group.update_state()
         self.rebalances[group.group_id] = self.rebalances.get(group.group_id, 0) + 1
-        log.info("group epoch bumped", group=group.group_id, epoch=group.group_epoch,
-                 reason=reason, members=len(group.members))
+        logger.info("group epoch bumped", group=group.group_id, epoch=group.group_epoch,
+                    reason=reason, members=len(group.members))
         self._persist(group)
 
     def _compute_target_assignment(self, group: ConsumerGroup) -> None:
@@ -477,8 +463,8 @@ class ConsumerGroupCoordinator:
             for member_id, assignment in result.items()}
         group.assignment_epoch = group.group_epoch
         group.update_state()
-        log.info("target assignment computed", group=group.group_id, epoch=group.group_epoch,
-                 assignor=assignor_name, members=len(group.members))
+        logger.info("target assignment computed", group=group.group_id, epoch=group.group_epoch,
+                    assignor=assignor_name, members=len(group.members))
 
     def _reconcile(self, group: ConsumerGroup, member: ConsumerGroupMember, owned: Owned | None
                    ) -> ConsumerGroupMember:
@@ -495,13 +481,13 @@ class ConsumerGroupCoordinator:
         key = (group.group_id, member.member_id, "rebalance")
         if updated.state == MemberState.UNREVOKED_PARTITIONS:
             epoch = updated.member_epoch
-            self._schedule(key, updated.rebalance_timeout_ms,
-                           lambda: self._rebalance_expired(group.group_id, member.member_id,
-                                                           epoch))
+            self.deadlines.schedule(key, updated.rebalance_timeout_ms,
+                                    lambda: self._rebalance_expired(group.group_id,
+                                                                    member.member_id, epoch))
         else:
-            self._cancel(key)
-        log.debug("member reconciled", group=group.group_id, member=member.member_id,
-                  epoch=updated.member_epoch, state=updated.state.value)
+            self.deadlines.cancel(key)
+        logger.debug("member reconciled", group=group.group_id, member=member.member_id,
+                     epoch=updated.member_epoch, state=updated.state.value)
         return updated
 
     # -- leaving and fencing ---------------------------------------------------------------
@@ -530,8 +516,8 @@ class ConsumerGroupCoordinator:
             if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
                 group.update_member(replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH,
                                             pending_revocation={}))
-                log.info("static member left for now", group=group.group_id,
-                         member=member.member_id, instance=req.instance_id)
+                logger.info("static member left for now", group=group.group_id,
+                            member=member.member_id, instance=req.instance_id)
                 return HeartbeatResult(ErrorCode.NONE, None, member.member_id,
                                        LEAVE_GROUP_STATIC_MEMBER_EPOCH)
         self.fence_member(group, member.member_id, "left the group")
@@ -542,7 +528,7 @@ class ConsumerGroupCoordinator:
         if group.remove_member(member_id) is None:
             return
         self._cancel_deadlines(group.group_id, member_id)
-        log.info("member removed", group=group.group_id, member=member_id, reason=reason)
+        logger.info("member removed", group=group.group_id, member=member_id, reason=reason)
         self._refresh_subscription_metadata(group)
         self._bump_group_epoch(group, f"member {member_id} {reason}")
 
@@ -561,42 +547,24 @@ class ConsumerGroupCoordinator:
 
     # -- deadlines -------------------------------------------------------------------------
     def _schedule_session(self, group_id: str, member_id: str, timeout_ms: int) -> None:
-        self._schedule((group_id, member_id, "session"), timeout_ms,
-                       lambda: self._session_expired(group_id, member_id))
+        self.deadlines.schedule((group_id, member_id, "session"), timeout_ms,
+                                lambda: self._session_expired(group_id, member_id))
 
     def _schedule_classic_deadline(self, group_id: str, member_id: str, kind: str,
                                    timeout_ms: int) -> None:
         """A classic member's join or sync deadline (its rebalance timeout): missing it fences
         the member, as Kafka's consumerGroupJoinTimeout / SyncTimeout do."""
-        self._schedule((group_id, member_id, kind), timeout_ms,
-                       lambda: self._classic_deadline_expired(group_id, member_id, kind))
+        self.deadlines.schedule((group_id, member_id, kind), timeout_ms,
+                                lambda: self._classic_deadline_expired(group_id, member_id, kind))
 
     def _classic_deadline_expired(self, group_id: str, member_id: str, kind: str) -> None:
         group = self.groups.get(group_id)
         if group is not None and member_id in group.members:
             self.fence_member(group, member_id, f"did not {kind} within the rebalance timeout")
 
-    def _schedule(self, key: tuple[str, str, str], timeout_ms: int,
-                  on_expiry: Callable[[], None]) -> None:
-        self._cancel(key)
-
-        def expired() -> None:
-            if self._deadlines.get(key) is op:
-                del self._deadlines[key]
-            on_expiry()
-
-        op = DelayedMemberDeadline(expired, max(timeout_ms, 0))
-        self._deadlines[key] = op
-        self.purgatory.try_complete_else_watch(op, [key])
-
-    def _cancel(self, key: tuple[str, str, str]) -> None:
-        op = self._deadlines.pop(key, None)
-        if op is not None:
-            op.force_complete()
-
     def _cancel_deadlines(self, group_id: str, member_id: str) -> None:
         for kind in ("session", "rebalance", "join", "sync"):
-            self._cancel((group_id, member_id, kind))
+            self.deadlines.cancel((group_id, member_id, kind))
 
     # -- the group record ------------------------------------------------------------------
     def _persist(self, group: ConsumerGroup) -> None:
@@ -606,11 +574,11 @@ class ConsumerGroupCoordinator:
         if self.groups.get(group.group_id) is not group:
             return
         records = [(consumer_group_key(group.group_id), consumer_group_value(group.group_epoch))]
-        classic = self.owner.groups.pop(group.group_id, None)
+        classic = self.owner.remove_classic_group(group.group_id)
         if classic is not None and classic.generation_id > 0:
             records.append((group_key(group.group_id), None))
-        self.owner.store.write(group.group_id, records).add_done_callback(
-            lambda f: f.result() == ErrorCode.NONE or log.warning(
+        self.owner.write(group.group_id, records).add_done_callback(
+            lambda f: f.result() == ErrorCode.NONE or logger.warning(
                 "consumer group record not written", group=group.group_id,
                 error=f.result().name))
 
@@ -683,7 +651,7 @@ class ClassicMembers:
         owned: Owned = [(ids[t], parts) for t, parts in owned_names if t in ids]
         reconciled = c._update_and_reconcile(group, member, updated, owned, lambda _n: True)
         gid = group.group_id
-        c._cancel((gid, member_id, "join"))
+        c.deadlines.cancel((gid, member_id, "join"))
         c._schedule_session(gid, member_id, session_ms)
         c._schedule_classic_deadline(gid, member_id, "sync", rebalance_ms)
         return JoinResult(ErrorCode.NONE, reconciled.member_epoch, "consumer", protocols[0][0],
@@ -733,7 +701,7 @@ class ClassicMembers:
         except GroupError as e:
             return e.code, b""
         gid = group.group_id
-        self.c._cancel((gid, member.member_id, "sync"))
+        self.c.deadlines.cancel((gid, member.member_id, "sync"))
         self.c._schedule_session(gid, member.member_id, member.classic_session_timeout_ms or 0)
         names = {info.topic_id: name for name, info in self.c._topics().items()}
         assignment = ConsumerProtocolAssignment(assigned_partitions=[
@@ -750,7 +718,7 @@ class ClassicMembers:
 
     def _join_again(self, group: ConsumerGroup, member: ConsumerGroupMember) -> None:
         key = (group.group_id, member.member_id, "join")
-        if key not in self.c._deadlines:
+        if not self.c.deadlines.is_scheduled(key):
             self.c._schedule_classic_deadline(group.group_id, member.member_id, "join",
                                               member.rebalance_timeout_ms)
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
-from broker.group.metadata import GroupOffsets
+from broker.group.classic_group import GroupOffsets
 from purgatory import WallClock
 
 #: Assigned partitions: topic id -> partition indexes.

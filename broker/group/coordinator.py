@@ -2,7 +2,7 @@
 
 Members join (JoinGroup), the rebalance waits in the join purgatory until all known members
 have rejoined, the leader's assignment is distributed (SyncGroup), and sessions are kept by
-heartbeats, each session a DelayedHeartbeat in the heartbeat purgatory. Group metadata and
+heartbeats, each session a deadline on the coordinator's timer. Group metadata and
 committed offsets are written to __consumer_offsets and answered once committed there.
 
 Transactional offset commits (KIP-98, KIP-447) are written at once as a transactional batch
@@ -13,7 +13,6 @@ become the group's committed offsets (commit) or vanish (abort).
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -21,21 +20,9 @@ from dataclasses import dataclass
 import structlog
 
 from broker.config import BrokerConfig
-from broker.group.consumer_coordinator import (
-    ConsumerGroupConfig,
-    ConsumerGroupCoordinator,
-    HeartbeatRequest,
-    HeartbeatResult,
-)
-from broker.group.consumer_group import ConsumerGroup, ConsumerGroupMember
-from broker.group.delayed import (
-    DelayedHeartbeat,
-    DelayedJoin,
-    DelayedPendingMember,
-    DelayedSync,
-    InitialDelayedJoin,
-)
-from broker.group.metadata import (
+from broker.coordinator.records import Record
+from broker.coordinator.timer import CoordinatorTimer
+from broker.group.classic_group import (
     GroupMetadata,
     GroupOffsets,
     GroupState,
@@ -43,6 +30,14 @@ from broker.group.metadata import (
     MemberMetadata,
     OffsetAndMetadata,
 )
+from broker.group.consumer_coordinator import (
+    ConsumerGroupConfig,
+    ConsumerGroupCoordinator,
+    HeartbeatRequest,
+    HeartbeatResult,
+)
+from broker.group.consumer_group import ConsumerGroup, ConsumerGroupMember
+from broker.group.delayed import DelayedJoin, InitialDelayedJoin
 from broker.group.offsets_store import (
     OffsetsStore,
     group_key,
@@ -50,10 +45,11 @@ from broker.group.offsets_store import (
     offset_key,
     offset_value,
 )
+from broker.replica.delayed_result import Completion, all_of, completed
 from protocol.errors import ErrorCode
 from purgatory import Purgatory, Timer, WallClock
 
-log = structlog.get_logger("broker.group")
+logger = structlog.get_logger("broker.group")
 
 S = GroupState
 TopicPartition = tuple[str, int]
@@ -90,7 +86,10 @@ class GroupCoordinator:
         self.clock = clock
         self.groups: dict[str, GroupMetadata] = {}
         self.join_purgatory: Purgatory = Purgatory("join", timer)
-        self.heartbeat_purgatory: Purgatory = Purgatory("heartbeat", timer)
+        # Deadlines by key: a member's session (or a pending member's join deadline, the same
+        # key, as Kafka), ("heartbeat", group id, member id); a generation's SyncGroup
+        # deadline, ("sync", group id).
+        self.deadlines: CoordinatorTimer[tuple[str, ...]] = CoordinatorTimer(timer)
         self.store = store
         self._partition_exists = partition_exists
         self.rebalances: dict[str, int] = {}  # rebalances started per group (metrics)
@@ -98,7 +97,7 @@ class GroupCoordinator:
         # offsets, so a marker finds them without scanning every group.
         self.open_groups_for_producer: dict[int, set[str]] = {}
         # The consumer protocol's groups (KIP-848); a group id is in one of the two at most.
-        self.consumer = ConsumerGroupCoordinator(config.consumer, self, self.heartbeat_purgatory,
+        self.consumer = ConsumerGroupCoordinator(config.consumer, self, timer,
                                                  lambda: store.topics.metadata.topics)
 
     def start(self) -> None:
@@ -113,6 +112,18 @@ class GroupCoordinator:
         for classic in self.groups.values():
             for member in classic.members.values():
                 self._schedule_heartbeat(classic, member)
+
+    def classic_group(self, group_id: str) -> GroupMetadata | None:
+        return self.groups.get(group_id)
+
+    def remove_classic_group(self, group_id: str) -> GroupMetadata | None:
+        """An empty classic group gives way to a consumer group (the caller took its offsets
+        and writes its tombstone)."""
+        return self.groups.pop(group_id, None)
+
+    def write(self, group_id: str, records: list[Record]) -> Completion[ErrorCode]:
+        """Records of the group to its __consumer_offsets partition, committed there."""
+        return self.store.write(group_id, records)
 
     def offsets_group(self, group_id: str) -> GroupMetadata | ConsumerGroup | None:
         """The group holding ``group_id``'s offsets, whichever protocol it speaks."""
@@ -131,38 +142,38 @@ class GroupCoordinator:
         self, group_id: str, member_id: str, instance_id: str | None, require_known_id: bool,
         client_id: str, client_host: str, rebalance_timeout_ms: int, session_timeout_ms: int,
         protocol_type: str, protocols: list[tuple[str, bytes]],
-    ) -> JoinResult | asyncio.Future[JoinResult]:
+    ) -> Completion[JoinResult]:
         if not group_id:
-            return JoinResult(ErrorCode.INVALID_GROUP_ID, member_id=member_id)
+            return completed(JoinResult(ErrorCode.INVALID_GROUP_ID, member_id=member_id))
         cfg = self.config
         if not cfg.min_session_timeout_ms <= session_timeout_ms <= cfg.max_session_timeout_ms:
-            return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id=member_id)
+            return completed(JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id=member_id))
         consumer_group = self.consumer.groups.get(group_id)
         if consumer_group is not None:
             if not consumer_group.is_empty():
                 # A classic member joins the consumer group as it is (Kafka's mixed groups).
                 if rebalance_timeout_ms < 0:
                     rebalance_timeout_ms = session_timeout_ms
-                return self.consumer.classic.join(
+                return completed(self.consumer.classic.join(
                     consumer_group, member_id, instance_id, require_known_id, client_id,
                     client_host, rebalance_timeout_ms, session_timeout_ms, protocol_type,
-                    protocols)
+                    protocols))
             self._classic_from_empty_consumer_group(consumer_group)
         group = self.groups.get(group_id)
         if group is None:
             if member_id:
-                return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
+                return completed(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id))
             group = self.groups[group_id] = GroupMetadata(group_id, clock=self.clock)
         if group.is_(S.DEAD):
-            return JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id=member_id)
+            return completed(JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id=member_id))
         if not group.supports(protocol_type, protocols):
-            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+            return completed(JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id))
         if not self._accepts_joining(group, member_id):
             # A member of the group that is not rejoining in time is dropped from it (Kafka).
             member = group.members.get(member_id)
             if member is not None:
                 self._remove_and_update(group, member, "found the group full")
-            return JoinResult(ErrorCode.GROUP_MAX_SIZE_REACHED)
+            return completed(JoinResult(ErrorCode.GROUP_MAX_SIZE_REACHED))
         if rebalance_timeout_ms < 0:
             rebalance_timeout_ms = session_timeout_ms  # JoinGroup v0 has no rebalance timeout
         details = (client_id, client_host, rebalance_timeout_ms, session_timeout_ms,
@@ -192,13 +203,13 @@ class GroupCoordinator:
         group = self.groups[gid] = GroupMetadata(gid, clock=self.clock)
         group.take_offsets(consumer_group)
         self.store.write(gid, [self.consumer.tombstone(gid)])
-        log.info("empty consumer group becomes a classic group", group=gid)
+        logger.info("empty consumer group becomes a classic group", group=gid)
 
     def _join_unknown(
         self, group: GroupMetadata, instance_id: str | None, require_known_id: bool,
         client_id: str, client_host: str, rebalance_ms: int, session_ms: int,
         protocol_type: str, protocols: list[tuple[str, bytes]],
-    ) -> JoinResult | asyncio.Future[JoinResult]:
+    ) -> Completion[JoinResult]:
         new_id = f"{client_id}-{uuid.uuid4()}"
         if instance_id is not None:
             old_id = group.static_members.get(instance_id)
@@ -207,9 +218,9 @@ class GroupCoordinator:
                                                    session_ms, protocols)
         elif require_known_id:
             group.pending_members.add(new_id)
-            op = DelayedPendingMember(self, group, new_id, session_ms)
-            self.heartbeat_purgatory.try_complete_else_watch(op, [(group.group_id, new_id)])
-            return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id=new_id)
+            self.deadlines.schedule(_heartbeat_key(group.group_id, new_id), session_ms,
+                                    lambda: self.expire_pending(group, new_id))
+            return completed(JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id=new_id))
         member = MemberMetadata(new_id, instance_id, client_id, client_host, rebalance_ms,
                                 session_ms, protocol_type, protocols)
         return self._add_and_rebalance(group, member)
@@ -217,7 +228,7 @@ class GroupCoordinator:
     def _replace_static_member(
         self, group: GroupMetadata, old_id: str, new_id: str, rebalance_ms: int,
         session_ms: int, protocols: list[tuple[str, bytes]],
-    ) -> JoinResult | asyncio.Future[JoinResult]:
+    ) -> Completion[JoinResult]:
         """A restarted static member takes over its identity and its assignment (KIP-345).
 
         The old id is fenced; in a Stable group whose protocol stays the same nothing else
@@ -226,8 +237,7 @@ class GroupCoordinator:
         """
         member = group.members[old_id]
         previous_leader = group.leader_id or ""
-        member.heartbeat_satisfied = True  # end the old id's session op
-        self.heartbeat_purgatory.check_and_complete((group.group_id, old_id))
+        self.deadlines.cancel(_heartbeat_key(group.group_id, old_id))  # the old id's session
         self._fence(member)
         member.awaiting_join = member.awaiting_sync = None
         group.rename(old_id, new_id)
@@ -235,48 +245,48 @@ class GroupCoordinator:
         unchanged = member.matches(protocols)
         member.protocols = protocols
         self._schedule_heartbeat(group, member)
-        log.info("static member replaced", group=group.group_id, instance=member.group_instance_id,
-                 old=old_id, new=new_id)
+        logger.info("static member replaced", group=group.group_id,
+                    instance=member.group_instance_id, old=old_id, new=new_id)
         if group.is_(S.STABLE) and unchanged:
             result = JoinResult(ErrorCode.NONE, group.generation_id, group.protocol_type,
                                 group.protocol_name, previous_leader, new_id, [])
-            fut: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+            answer: Completion[JoinResult] = Completion()
             stored = self.store.write(group.group_id,
                                       [(group_key(group.group_id), group_value(group))])
-            stored.add_done_callback(lambda f: fut.set_result(
+            stored.add_done_callback(lambda f: answer.set_result(
                 result if f.result() == ErrorCode.NONE
                 else JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id=new_id)))
-            return fut
+            return answer
         return self._update_and_rebalance(group, member)
 
     def _join_known(
         self, group: GroupMetadata, member_id: str, instance_id: str | None, client_id: str,
         client_host: str, rebalance_ms: int, session_ms: int, protocol_type: str,
         protocols: list[tuple[str, bytes]],
-    ) -> JoinResult | asyncio.Future[JoinResult]:
+    ) -> Completion[JoinResult]:
         if member_id in group.pending_members:
             group.pending_members.discard(member_id)
-            self.heartbeat_purgatory.check_and_complete((group.group_id, member_id))
+            self.deadlines.cancel(_heartbeat_key(group.group_id, member_id))
             member = MemberMetadata(member_id, instance_id, client_id, client_host, rebalance_ms,
                                     session_ms, protocol_type, protocols)
             return self._add_and_rebalance(group, member)
         if instance_id is not None and group.static_members.get(instance_id) != member_id:
-            return JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id=member_id)
+            return completed(JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id=member_id))
         member = group.members.get(member_id)
         if member is None or group.is_(S.EMPTY, S.DEAD):
-            return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
+            return completed(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id))
         member.rebalance_timeout_ms, member.session_timeout_ms = rebalance_ms, session_ms
         unchanged = member.matches(protocols)
         if group.is_(S.COMPLETING_REBALANCE) and unchanged:
-            return self._join_result(group, member)  # a retried join of this generation
+            return completed(self._join_result(group, member))  # a retried join of this generation
         if group.is_(S.STABLE) and unchanged and member_id != group.leader_id:
-            return self._join_result(group, member)
+            return completed(self._join_result(group, member))
         member.protocols = protocols
         return self._update_and_rebalance(group, member)
 
     def _add_and_rebalance(self, group: GroupMetadata, member: MemberMetadata
-                           ) -> asyncio.Future[JoinResult]:
-        fut = member.awaiting_join = asyncio.get_running_loop().create_future()
+                           ) -> Completion[JoinResult]:
+        fut = member.awaiting_join = Completion()
         # Only a member arriving while the first rebalance waits extends its initial delay.
         if group.is_(S.PREPARING_REBALANCE) and group.generation_id == 0:
             group.new_member_added = True
@@ -286,8 +296,8 @@ class GroupCoordinator:
         return fut
 
     def _update_and_rebalance(self, group: GroupMetadata, member: MemberMetadata
-                              ) -> asyncio.Future[JoinResult]:
-        fut = member.awaiting_join = asyncio.get_running_loop().create_future()
+                              ) -> Completion[JoinResult]:
+        fut = member.awaiting_join = Completion()
         self._maybe_prepare_rebalance(group, f"member {member.member_id} rejoined")
         return fut
 
@@ -299,7 +309,7 @@ class GroupCoordinator:
 
     def _prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
         group.pending_sync.clear()
-        self.join_purgatory.check_and_complete((group.group_id, "sync"))
+        self.deadlines.cancel(("sync", group.group_id))
         if group.is_(S.COMPLETING_REBALANCE):
             self._reset_and_propagate_assignment(group, ErrorCode.REBALANCE_IN_PROGRESS)
         if group.is_(S.EMPTY):
@@ -310,8 +320,8 @@ class GroupCoordinator:
             op = DelayedJoin(self, group, group.max_rebalance_timeout())
         group.transition(S.PREPARING_REBALANCE)
         self.rebalances[group.group_id] = self.rebalances.get(group.group_id, 0) + 1
-        log.info("rebalance started", group=group.group_id, generation=group.generation_id,
-                 reason=reason, members=len(group.members))
+        logger.info("rebalance started", group=group.group_id, generation=group.generation_id,
+                    reason=reason, members=len(group.members))
         self.park_join(op)
 
     def park_join(self, op: DelayedJoin) -> None:
@@ -332,16 +342,16 @@ class GroupCoordinator:
             group.protocol_name = None
             group.transition(S.EMPTY)
             self.store.write(group.group_id, [(group_key(group.group_id), group_value(group))])
-            log.info("group is empty", group=group.group_id, generation=group.generation_id)
+            logger.info("group is empty", group=group.group_id, generation=group.generation_id)
             return
         group.generation_id += 1
         group.protocol_name = group.select_protocol()
         if group.leader_id not in group.members:
             group.leader_id = next(iter(group.members))
         group.transition(S.COMPLETING_REBALANCE)
-        log.info("rebalance joined", group=group.group_id, generation=group.generation_id,
-                 protocol=group.protocol_name, leader=group.leader_id,
-                 members=len(group.members))
+        logger.info("rebalance joined", group=group.group_id, generation=group.generation_id,
+                    protocol=group.protocol_name, leader=group.leader_id,
+                    members=len(group.members))
         for member in group.members.values():
             fut, member.awaiting_join = member.awaiting_join, None
             member.is_new = False
@@ -354,26 +364,27 @@ class GroupCoordinator:
         """Every member must send its SyncGroup within the rebalance timeout (Kafka's
         DelayedSync), heartbeating or not; those that do not are removed."""
         group.pending_sync = set(group.members)
-        op = DelayedSync(self, group, group.generation_id, group.max_rebalance_timeout())
-        self.join_purgatory.try_complete_else_watch(op, [(group.group_id, "sync")])
+        generation = group.generation_id
+        self.deadlines.schedule(("sync", group.group_id), group.max_rebalance_timeout(),
+                                lambda: self.expire_pending_sync(group, generation))
 
     def _synced(self, group: GroupMetadata, member_id: str) -> None:
         if member_id in group.pending_sync:
             group.pending_sync.discard(member_id)
             if not group.pending_sync:
-                self.join_purgatory.check_and_complete((group.group_id, "sync"))
+                self.deadlines.cancel(("sync", group.group_id))
 
     def expire_pending_sync(self, group: GroupMetadata, generation: int) -> None:
         """The rebalance timeout passed with members that never sent SyncGroup."""
         if (group.generation_id != generation or not group.pending_sync
                 or not group.is_(S.COMPLETING_REBALANCE, S.STABLE)):
             return
-        laggards = [group.members[m] for m in group.pending_sync if m in group.members]
+        laggards = [m for m in map(group.members.get, group.pending_sync) if m is not None]
         group.pending_sync.clear()
         for member in laggards:
             self._remove_member(group, member)
-            log.info("member removed", group=group.group_id, member=member.member_id,
-                     reason="no SyncGroup within the rebalance timeout")
+            logger.info("member removed", group=group.group_id, member=member.member_id,
+                        reason="no SyncGroup within the rebalance timeout")
         if laggards:
             self._prepare_rebalance(group, "members did not sync within the rebalance timeout")
 
@@ -389,27 +400,28 @@ class GroupCoordinator:
     def sync_group(
         self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
         protocol_type: str | None, protocol_name: str | None, assignments: dict[str, bytes],
-    ) -> tuple[ErrorCode, bytes] | asyncio.Future[tuple[ErrorCode, bytes]]:
+    ) -> Completion[tuple[ErrorCode, bytes]]:
         consumer_group = self.consumer.groups.get(group_id)
         if consumer_group is not None:
-            return self.consumer.classic.sync(consumer_group, generation_id, member_id,
-                                              instance_id, protocol_type, protocol_name)
+            return completed(self.consumer.classic.sync(
+                consumer_group, generation_id, member_id, instance_id, protocol_type,
+                protocol_name))
         group = self.groups.get(group_id)
         error = self._check_member(group, member_id, instance_id, generation_id)
         if error is not None:
-            return error, b""
+            return completed((error, b""))
         assert group is not None
         if (protocol_type is not None and protocol_type != group.protocol_type) or (
                 protocol_name is not None and protocol_name != group.protocol_name):
-            return ErrorCode.INCONSISTENT_GROUP_PROTOCOL, b""
+            return completed((ErrorCode.INCONSISTENT_GROUP_PROTOCOL, b""))
         member = group.members[member_id]
         if group.is_(S.PREPARING_REBALANCE):
-            return ErrorCode.REBALANCE_IN_PROGRESS, b""
+            return completed((ErrorCode.REBALANCE_IN_PROGRESS, b""))
         self._synced(group, member_id)
         self._schedule_heartbeat(group, member)
         if group.is_(S.STABLE):
-            return ErrorCode.NONE, member.assignment
-        fut = member.awaiting_sync = asyncio.get_running_loop().create_future()
+            return completed((ErrorCode.NONE, member.assignment))
+        fut = member.awaiting_sync = Completion()
         if member_id == group.leader_id:
             generation = group.generation_id
             for m in group.members.values():
@@ -429,7 +441,7 @@ class GroupCoordinator:
             return
         self._propagate_assignment(group, ErrorCode.NONE)
         group.transition(S.STABLE)
-        log.info("group stable", group=group.group_id, generation=generation)
+        logger.info("group stable", group=group.group_id, generation=generation)
 
     def _propagate_assignment(self, group: GroupMetadata, error: ErrorCode) -> None:
         for member in group.members.values():
@@ -481,7 +493,7 @@ class GroupCoordinator:
                 member_id = known
             if member_id in group.pending_members:
                 group.pending_members.discard(member_id)
-                self.heartbeat_purgatory.check_and_complete((group_id, member_id))
+                self.deadlines.cancel(_heartbeat_key(group_id, member_id))
                 self.join_purgatory.check_and_complete(group_id)
                 results.append(ErrorCode.NONE)
                 continue
@@ -494,7 +506,7 @@ class GroupCoordinator:
         return ErrorCode.NONE, results
 
     def expire_member(self, group: GroupMetadata, member: MemberMetadata) -> None:
-        """A DelayedHeartbeat expired: the member's session is over, unless it is kept alive
+        """The member's session deadline passed: its session is over, unless it is kept alive
         by a JoinGroup or SyncGroup the broker has not answered yet."""
         if group.members.get(member.member_id) is member and not member.has_satisfied_heartbeat():
             self._remove_and_update(group, member, "session timed out")
@@ -507,7 +519,7 @@ class GroupCoordinator:
     def _remove_and_update(self, group: GroupMetadata, member: MemberMetadata, reason: str
                            ) -> None:
         self._remove_member(group, member)
-        log.info("member removed", group=group.group_id, member=member.member_id, reason=reason)
+        logger.info("member removed", group=group.group_id, member=member.member_id, reason=reason)
         if group.is_(S.STABLE, S.COMPLETING_REBALANCE):
             self._prepare_rebalance(group, f"member {member.member_id} {reason}")
         elif group.is_(S.PREPARING_REBALANCE):
@@ -516,8 +528,7 @@ class GroupCoordinator:
     def _remove_member(self, group: GroupMetadata, member: MemberMetadata) -> None:
         group.remove(member.member_id)
         self._synced(group, member.member_id)
-        member.heartbeat_satisfied = True
-        self.heartbeat_purgatory.check_and_complete((group.group_id, member.member_id))
+        self.deadlines.cancel(_heartbeat_key(group.group_id, member.member_id))
         for fut in (member.awaiting_join, member.awaiting_sync):
             if fut is not None and not fut.done():
                 if fut is member.awaiting_join:
@@ -528,7 +539,6 @@ class GroupCoordinator:
         member.awaiting_join = member.awaiting_sync = None
 
     def _fence(self, member: MemberMetadata) -> None:
-        member.heartbeat_satisfied = True
         if member.awaiting_join is not None and not member.awaiting_join.done():
             member.awaiting_join.set_result(JoinResult(ErrorCode.FENCED_INSTANCE_ID,
                                                        member_id=member.member_id))
@@ -536,16 +546,16 @@ class GroupCoordinator:
             member.awaiting_sync.set_result((ErrorCode.FENCED_INSTANCE_ID, b""))
 
     def _schedule_heartbeat(self, group: GroupMetadata, member: MemberMetadata) -> None:
-        """Complete the member's current session op and park a fresh one (Kafka's
-        completeAndScheduleNextHeartbeatExpiration)."""
-        key = (group.group_id, member.member_id)
-        member.heartbeat_satisfied = True
-        self.heartbeat_purgatory.check_and_complete(key)
-        member.heartbeat_satisfied = False
+        """The member's next session deadline, replacing the current one (Kafka's
+        completeAndScheduleNextHeartbeatExpiration). A member awaiting its JoinGroup or
+        SyncGroup answer has none meanwhile: it cannot heartbeat while the broker holds it."""
+        key = _heartbeat_key(group.group_id, member.member_id)
+        if group.members.get(member.member_id) is not member or member.has_satisfied_heartbeat():
+            self.deadlines.cancel(key)
+            return
         timeout = (self.config.new_member_join_timeout_ms if member.is_new
                    else member.session_timeout_ms)
-        op = DelayedHeartbeat(self, group, member, timeout)
-        self.heartbeat_purgatory.try_complete_else_watch(op, [key])
+        self.deadlines.schedule(key, timeout, lambda: self.expire_member(group, member))
 
     def _check_member(self, group: GroupMetadata | None, member_id: str,
                       instance_id: str | None, generation_id: int) -> ErrorCode | None:
@@ -566,7 +576,7 @@ class GroupCoordinator:
     def commit_offsets(
         self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
         offsets: dict[TopicPartition, OffsetAndMetadata], api_version: int = 8,
-    ) -> dict[TopicPartition, ErrorCode] | asyncio.Future[dict[TopicPartition, ErrorCode]]:
+    ) -> Completion[dict[TopicPartition, ErrorCode]]:
         """OffsetCommit; ``generation_id`` is a member epoch for a consumer group (v9+)."""
         consumer_group = self.consumer.groups.get(group_id)
         group: GroupOffsets | None
@@ -582,11 +592,13 @@ class GroupCoordinator:
                 error = ErrorCode.GROUP_ID_NOT_FOUND  # Kafka's answer from v9, both protocols
             if error is None and classic is None:
                 classic = self.groups[group_id] = GroupMetadata(group_id, clock=self.clock)
-            elif error is None and classic is not None and member_id in classic.members:
-                self._schedule_heartbeat(classic, classic.members[member_id])
+            elif error is None and classic is not None:
+                member = classic.members.get(member_id)
+                if member is not None:
+                    self._schedule_heartbeat(classic, member)
             group = classic
         if error is not None:
-            return {tp: error for tp in offsets}
+            return completed({tp: error for tp in offsets})
         assert group is not None
         results: dict[TopicPartition, ErrorCode] = {}
         accepted: dict[TopicPartition, OffsetAndMetadata] = {}
@@ -598,14 +610,13 @@ class GroupCoordinator:
             else:
                 accepted[tp] = om
         if not accepted:
-            return results
+            return completed(results)
         records = [(offset_key(group_id, t, p), offset_value(om)) for (t, p), om in
                    accepted.items()]
-        fut: asyncio.Future[dict[TopicPartition, ErrorCode]] = (
-            asyncio.get_running_loop().create_future())
+        answer: Completion[dict[TopicPartition, ErrorCode]] = Completion()
         group.prepare_offset_commit(accepted)
 
-        def stored(f: asyncio.Future[tuple[ErrorCode, int]]) -> None:
+        def stored(f: Completion[tuple[ErrorCode, int]]) -> None:
             code, batch_offset = f.result()
             if not group.is_dead():
                 for tp, om in accepted.items():
@@ -615,17 +626,17 @@ class GroupCoordinator:
                         group.fail_pending_offset_write(tp, om)
             if code != ErrorCode.NONE:
                 code = _commit_error(code)
-            fut.set_result({**results, **{tp: code for tp in accepted}})
+            answer.set_result({**results, **{tp: code for tp in accepted}})
 
         self.store.append(group_id, records).add_done_callback(stored)
-        return fut
+        return answer
 
     # -- transactional offsets (KIP-98, KIP-447) -------------------------------------------------
     def commit_transactional_offsets(
         self, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
         group_instance_id: str | None, generation_id: int,
         offsets: dict[TopicPartition, OffsetAndMetadata],
-    ) -> asyncio.Future[dict[TopicPartition, ErrorCode]]:
+    ) -> Completion[dict[TopicPartition, ErrorCode]]:
         """TxnOffsetCommit: the offsets go to the log now, as one transactional batch of the
         producer, and stay pending until the transaction's marker (Kafka's
         handleTxnCommitOffsets and storeOffsets with a producer id).
@@ -634,8 +645,6 @@ class GroupCoordinator:
         no member id nor generation (-1, ""), so only v3+ are checked against the group.
         Whether the offsets partition is in the producer's transaction is the caller's check.
         """
-        fut: asyncio.Future[dict[TopicPartition, ErrorCode]] = (
-            asyncio.get_running_loop().create_future())
         results: dict[TopicPartition, ErrorCode] = {}
         known: dict[TopicPartition, OffsetAndMetadata] = {}
         for tp, om in offsets.items():
@@ -644,11 +653,9 @@ class GroupCoordinator:
             else:
                 results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if not known:
-            fut.set_result(results)
-            return fut
+            return completed(results)
         if not group_id:
-            fut.set_result({**results, **{tp: ErrorCode.INVALID_GROUP_ID for tp in known}})
-            return fut
+            return completed({**results, **{tp: ErrorCode.INVALID_GROUP_ID for tp in known}})
         group: GroupOffsets
         consumer_group = self.consumer.groups.get(group_id)
         if consumer_group is not None:
@@ -666,8 +673,7 @@ class GroupCoordinator:
             error = self._validate_offset_commit(classic, generation_id, member_id,
                                                  group_instance_id, transactional=True)
         if error is not None:
-            fut.set_result({**results, **{tp: error for tp in known}})
-            return fut
+            return completed({**results, **{tp: error for tp in known}})
         accepted: dict[TopicPartition, OffsetAndMetadata] = {}
         for tp, om in known.items():
             if len(om.metadata.encode()) > MAX_METADATA:
@@ -675,14 +681,15 @@ class GroupCoordinator:
             else:
                 accepted[tp] = om
         if not accepted:
-            fut.set_result(results)
-            return fut
+            return completed(results)
         self.open_groups_for_producer.setdefault(producer_id, set()).add(group_id)
         group.prepare_txn_offset_commit(producer_id, accepted)
         records = [(offset_key(group_id, t, p), offset_value(om)) for (t, p), om in
                    accepted.items()]
 
-        def stored(f: asyncio.Future[tuple[ErrorCode, int]]) -> None:
+        answer: Completion[dict[TopicPartition, ErrorCode]] = Completion()
+
+        def stored(f: Completion[tuple[ErrorCode, int]]) -> None:
             code, batch_offset = f.result()
             if not group.is_dead():
                 for tp, om in accepted.items():
@@ -694,14 +701,14 @@ class GroupCoordinator:
                         producer_id):
                     self._remove_producer_group(producer_id, group_id)
             if code != ErrorCode.NONE:
-                log.info("transactional offset commit failed", group=group_id,
-                         producer_id=producer_id, error=code.name)
+                logger.info("transactional offset commit failed", group=group_id,
+                            producer_id=producer_id, error=code.name)
                 code = offset_commit_error(code)
-            fut.set_result({**results, **{tp: code for tp in accepted}})
+            answer.set_result({**results, **{tp: code for tp in accepted}})
 
         self.store.append(group_id, records, producer_id=producer_id,
                           producer_epoch=producer_epoch).add_done_callback(stored)
-        return fut
+        return answer
 
     def handle_txn_completion(self, producer_id: int, offsets_partitions: Iterable[int],
                               commit: bool) -> None:
@@ -715,8 +722,8 @@ class GroupCoordinator:
             group = self.offsets_group(group_id)
             if group is not None and not group.is_dead():
                 changed = group.complete_pending_txn_offset_commit(producer_id, commit)
-                log.debug("transactional offsets completed", group=group_id,
-                          producer_id=producer_id, commit=commit, committed=len(changed))
+                logger.debug("transactional offsets completed", group=group_id,
+                             producer_id=producer_id, commit=commit, committed=len(changed))
             self._remove_producer_group(producer_id, group_id)
 
     def _remove_producer_group(self, producer_id: int, group_id: str) -> None:
@@ -810,10 +817,10 @@ class GroupCoordinator:
         return None
 
     def delete_offsets(self, group_id: str, partitions: list[TopicPartition]
-                       ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]] | asyncio.Future:
+                       ) -> Completion[tuple[ErrorCode, dict[TopicPartition, ErrorCode]]]:
         group = self.offsets_group(group_id)
         if group is None or group.is_dead():
-            return ErrorCode.GROUP_ID_NOT_FOUND, {}
+            return completed((ErrorCode.GROUP_ID_NOT_FOUND, {}))
         if isinstance(group, ConsumerGroup):
             subscribed = group.subscribed_topics()
         else:
@@ -825,11 +832,11 @@ class GroupCoordinator:
         if isinstance(group, GroupMetadata):
             records += self._maybe_dead(group)
         if not records:
-            return ErrorCode.NONE, results
-        fut = asyncio.get_running_loop().create_future()
+            return completed((ErrorCode.NONE, results))
+        answer: Completion[tuple[ErrorCode, dict[TopicPartition, ErrorCode]]] = Completion()
         self.store.write(group_id, records).add_done_callback(
-            lambda f: fut.set_result((ErrorCode.NONE, results)))
-        return fut
+            lambda f: answer.set_result((ErrorCode.NONE, results)))
+        return answer
 
     def _maybe_dead(self, group: GroupMetadata) -> list[tuple[bytes, bytes | None]]:
         """Kafka's cleanupGroupMetadata: an Empty group with no offsets left, committed or
@@ -866,9 +873,9 @@ class GroupCoordinator:
             g for g in self.groups.values() if not g.is_(S.DEAD)]
         return groups + list(self.consumer.groups.values())
 
-    def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode] | asyncio.Future:
+    def delete_groups(self, group_ids: list[str]) -> Completion[dict[str, ErrorCode]]:
         results: dict[str, ErrorCode] = {}
-        writes = []
+        writes: list[Completion[ErrorCode]] = []
         for gid in group_ids:
             consumer_group = self.consumer.groups.get(gid)
             if consumer_group is not None:
@@ -890,15 +897,15 @@ class GroupCoordinator:
                 if records:
                     writes.append(self.store.write(gid, records))
                 results[gid] = ErrorCode.NONE
-                log.info("group deleted", group=gid)
+                logger.info("group deleted", group=gid)
         if not writes:
-            return results
-        fut = asyncio.get_running_loop().create_future()
-        asyncio.gather(*writes).add_done_callback(lambda _f: fut.set_result(results))
-        return fut
+            return completed(results)
+        answer: Completion[dict[str, ErrorCode]] = Completion()
+        all_of(writes).add_done_callback(lambda _f: answer.set_result(results))
+        return answer
 
     def _delete_consumer_group(self, group: ConsumerGroup,
-                               writes: list[asyncio.Future[ErrorCode]]) -> ErrorCode:
+                               writes: list[Completion[ErrorCode]]) -> ErrorCode:
         """Kafka's ConsumerGroup.validateDeleteGroup: only an Empty consumer group goes."""
         if not group.is_empty():
             return ErrorCode.NON_EMPTY_GROUP
@@ -908,7 +915,7 @@ class GroupCoordinator:
         records = [(offset_key(gid, t, p), None) for t, p in removed]
         records.append(self.consumer.tombstone(gid))
         writes.append(self.store.write(gid, records))
-        log.info("group deleted", group=gid)
+        logger.info("group deleted", group=gid)
         return ErrorCode.NONE
 
     def expire_offsets(self) -> int:
@@ -939,7 +946,7 @@ class GroupCoordinator:
             self.store.write(gid, records)
             removed += len(expired)
             if expired:
-                log.info("offsets expired", group=gid, partitions=len(expired))
+                logger.info("offsets expired", group=gid, partitions=len(expired))
         for consumer_group in list(self.consumer.groups.values()):
             removed += self._expire_consumer_group_offsets(consumer_group, now, retention_ms)
         return removed
@@ -962,12 +969,16 @@ class GroupCoordinator:
         if group.is_empty() and not group.has_offsets():
             self.consumer.remove_group(group)
             records.append(self.consumer.tombstone(gid))
-            log.info("empty consumer group without offsets removed", group=gid)
+            logger.info("empty consumer group without offsets removed", group=gid)
         if records:
             self.store.write(gid, records)
         if expired:
-            log.info("offsets expired", group=gid, partitions=len(expired))
+            logger.info("offsets expired", group=gid, partitions=len(expired))
         return len(expired)
+
+
+def _heartbeat_key(group_id: str, member_id: str) -> tuple[str, str, str]:
+    return "heartbeat", group_id, member_id
 
 
 def _consumer_commit_error(group: ConsumerGroup, member_id: str, member_epoch: int, *,

@@ -13,7 +13,6 @@ batch) in the same partition later decides it, at run time and when loading alik
 
 from __future__ import annotations
 
-import asyncio
 import struct
 from typing import TYPE_CHECKING
 
@@ -30,23 +29,24 @@ from broker.coordinator.records import (
     java_string_hash,
     read_batches,
 )
-from broker.group.consumer_group import ConsumerGroup
-from broker.group.metadata import (
+from broker.group.classic_group import (
     GroupMetadata,
     GroupState,
     MemberMetadata,
     OffsetAndMetadata,
     PendingTxnOffset,
 )
+from broker.group.consumer_group import ConsumerGroup
 from protocol.errors import ErrorCode
 from protocol.record_batch import CONTROL_COMMIT, InvalidRecordError, read_end_txn_marker
 from purgatory import WallClock
 
 if TYPE_CHECKING:
     from broker.metadata.topic_admin import TopicAdmin
+    from broker.replica.delayed_result import Completion
     from broker.replica.replica_manager import ReplicaManager
 
-log = structlog.get_logger("broker.group")
+logger = structlog.get_logger("broker.group")
 
 TOPIC = "__consumer_offsets"
 OFFSET_COMMIT_KEY_VERSION = 1
@@ -176,7 +176,7 @@ class PartitionLoader:
                 self.consumer_groups[group_id] = struct.unpack_from(">i", value, 2)[0]
                 self.groups.pop(group_id, None)
         else:
-            log.warning("unknown key version in __consumer_offsets, ignored", version=version)
+            logger.warning("unknown key version in __consumer_offsets, ignored", version=version)
 
     def finish(self, into: dict[str, GroupMetadata | ConsumerGroup]) -> None:
         """Kafka's loadGroup: groups of this partition with their offsets, pending ones too;
@@ -284,24 +284,25 @@ class OffsetsStore:
             records += loader.records
         if records:
             pending = sum(len(g.pending_txn_offset_commits) for g in groups.values())
-            log.info("group metadata loaded", records=records, groups=len(groups),
-                     pending_transactions=pending)
+            logger.info("group metadata loaded", records=records, groups=len(groups),
+                        pending_transactions=pending)
         return groups
 
-    def write(self, group_id: str, records: list[Record]) -> asyncio.Future[ErrorCode]:
-        """Append the records to the group's partition; resolves once they are committed."""
-        fut: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
-        self.append(group_id, records).add_done_callback(
-            lambda f: fut.set_result(f.result()[0]))
-        return fut
+    def write(self, group_id: str, records: list[Record]) -> Completion[ErrorCode]:
+        """Append the records to the group's partition; completes once they are committed."""
+        return self.append(group_id, records).then(_error)
 
     def append(self, group_id: str, records: list[Record], *, producer_id: int = -1,
-               producer_epoch: int = -1) -> asyncio.Future[tuple[ErrorCode, int]]:
+               producer_epoch: int = -1) -> Completion[tuple[ErrorCode, int]]:
         """The records as one batch to the group's partition; with a producer id, a
-        transactional one (Kafka's transactional offset commit). Resolves with the error and the
+        transactional one (Kafka's transactional offset commit). Completes with the error and the
         batch's base offset once committed."""
         self.ensure_topic()
         return append_as_coordinator(
             self.replica_manager, (TOPIC, self.partition_for(group_id)), records,
             self.clock.wall_ms(), COMMIT_TIMEOUT_MS, producer_id=producer_id,
             producer_epoch=producer_epoch)
+
+
+def _error(outcome: tuple[ErrorCode, int]) -> ErrorCode:
+    return outcome[0]

@@ -255,7 +255,7 @@ class BrokerCollector(Collector):
                      ) -> Iterator[Metric]:
         purgatories = [rm.produce_purgatory, rm.fetch_purgatory]
         if coordinator is not None:
-            purgatories += [coordinator.join_purgatory, coordinator.heartbeat_purgatory]
+            purgatories.append(coordinator.join_purgatory)
         label = ["purgatory"]
         watched = GaugeMetricFamily(
             f"{PREFIX}_purgatory_watched", "Entries in the watcher lists (Kafka's "
@@ -398,8 +398,8 @@ class BrokerCollector(Collector):
 
     # -- groups --------------------------------------------------------------------------------
     def _groups(self, coordinator: GroupCoordinator, rm: ReplicaManager) -> Iterator[Metric]:
+        from broker.group.classic_group import GroupState
         from broker.group.consumer_group import ConsumerGroupState
-        from broker.group.metadata import GroupState
 
         classic = sorted(coordinator.groups.values(), key=lambda g: g.group_id)
         consumer = coordinator.consumer

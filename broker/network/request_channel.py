@@ -7,13 +7,15 @@ round like everyone else and a calm client's request waits for at most one reque
 connection. The handler tasks give the event loop back every ``TURN_BUDGET_S`` of handling, so
 socket reads, timers and the metrics endpoint are served in between.
 
-A handler may return a response, None (acks=0), or an awaitable that finishes later (parked in
-a purgatory, or waiting for an fsync); the handler moves on at once and the sequencer puts the
-response in its place. Memory: broker/network/memory.py; connection limits: quotas.py.
+A handler may return a response, None (acks=0), or a Completion of one
+(broker/replica/delayed_result.py): answered now if it is done, else from the callback that
+completes it (parked in a purgatory, or waiting for an fsync or a coordinator's write); the
+handler moves on at once and the sequencer puts the response in its place. Memory:
+broker/network/memory.py; connection limits: quotas.py.
 
 Each request is timed through its phases (see broker/metrics.py) when metrics are on:
 ``received`` (parsed), ``dequeued`` (a handler took it), ``local_done`` (the handler returned
-an awaitable: parked; 0.0 when it answered at once), then the response is ready here and the
+a Completion; 0.0 when it answered with a response), then the response is ready here and the
 connection times the write.
 """
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -58,7 +60,7 @@ UNLIMITED = 2**31 - 1  # Kafka's Int.MaxValue defaults of the connection limits
 
 # What a handler answers at once: a message, or a response encoded from a template.
 _ANSWERS = (ApiMessage, *TEMPLATES)
-HandlerResult = ApiMessage | Awaitable[ApiMessage | None] | None
+HandlerResult = ApiMessage | Completion[ApiMessage | None] | None
 Handler = Callable[["Request"], HandlerResult]
 
 
@@ -78,8 +80,8 @@ class RequestChannel:
         self._dispatch = dispatch
         self._tasks: list[asyncio.Task[None]] = []
         # Requests whose answer is awaited, by what they wait on: the one bound method below
-        # is every such future's callback, so nothing is built per parked request.
-        self._pending: dict[asyncio.Future[Any] | Completion[Any], Request] = {}
+        # is every such Completion's continuation, so nothing is built per parked request.
+        self._pending: dict[Completion[Any], Request] = {}
         self._on_answer = self._answered
         self.metrics = metrics
         self.connections_opened = 0
@@ -216,24 +218,19 @@ class RequestChannel:
             self._respond(request, result)
             return
         request.local_done = time.monotonic()
-        if isinstance(result, Completion):
-            if result.done():  # completed while the handler ran: answer now
-                self._finished(request, result)
-                return
-            # A delayed operation's answer: sent from the callback that completes it. Its
-            # builder holds what the answer needs; the decoded request is let go meanwhile.
-            request.body = RELEASED
-            self._pending[result] = request
-            result.on_done(self._on_answer)
+        if result.done():  # completed while the handler ran: answer now
+            self._finished(request, result)
             return
-        fut = asyncio.ensure_future(result)
-        self._pending[fut] = request
-        fut.add_done_callback(self._on_answer)
+        # A delayed operation's answer: sent from the callback that completes it. Its builder
+        # holds what the answer needs; the decoded request is let go meanwhile.
+        request.body = RELEASED
+        self._pending[result] = request
+        result.on_done(self._on_answer)
 
-    def _answered(self, fut: asyncio.Future[Any] | Completion[Any]) -> None:
+    def _answered(self, fut: Completion[Any]) -> None:
         self._finished(self._pending.pop(fut), fut)
 
-    def _finished(self, request: Request, fut: asyncio.Future[Any] | Completion[Any]) -> None:
+    def _finished(self, request: Request, fut: Completion[Any]) -> None:
         if fut.cancelled():
             request.connection.close("request cancelled at shutdown")
         elif (exc := fut.exception()) is not None:

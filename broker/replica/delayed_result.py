@@ -1,9 +1,11 @@
-"""The one bridge from a delayed operation to the request waiting on it.
+"""The one way to answer later: a Completion, from a delayed operation to the request on it.
 
-A parked produce or fetch is answered by resolving a Completion that the request channel
-waits on. Computing the result (re-reading a log, judging each partition) may raise; the
-exception is carried by the Completion, so the channel closes that connection with a logged
-error instead of leaving every later response on it waiting forever.
+Every owner method that may wait (a parked produce or fetch, a rebalance, a write to a
+coordinator's topic) returns a Completion, already completed when the answer is known at once,
+and every handler answers ``result.then(build)``; the request channel waits on that. Computing
+the result (re-reading a log, judging each partition) may raise; the exception is carried by
+the Completion, so the channel closes that connection with a logged error instead of leaving
+every later response on it waiting forever.
 
 Completion is a future without the loop on its hot path: the broker's own continuations
 (``on_done``, ``then``: the channel's answer, a handler's response builder) run synchronously
@@ -13,6 +15,9 @@ future: ``await``, ``ensure_future``, ``gather``, ``wait`` and ``add_done_callba
 context=...)`` callbacks are scheduled with ``loop.call_soon`` as asyncio's own Future does,
 because a Task woken synchronously from inside another Task's step would fail to enter.
 Continuations are therefore written for re-entrancy: they only build and hand over an answer.
+An owner that changes its state when its own write completes (a coordinator applying a
+transition) reacts with ``add_done_callback``, on the loop, never inside the append that
+completed the write.
 """
 
 from __future__ import annotations
@@ -86,7 +91,22 @@ class Completion(Generic[T]):
         """The Completion of ``build(result)``; failures and cancellation pass through, and
         an exception raised by ``build`` becomes its exception."""
         answer: Completion[R] = Completion()
+        if self._state == _FINISHED and self._exception is None:
+            # Answered at once (most produces): no continuation object to make and drop.
+            try:
+                answer._result = build(self._result)  # type: ignore[arg-type]
+            except Exception as exc:
+                answer._exception = exc
+            answer._state = _FINISHED
+            return answer
         self.on_done(_Then(answer, build))
+        return answer
+
+    def exceptionally(self, value: T) -> Completion[T]:
+        """This Completion's result, or ``value`` if it failed or was cancelled (Java's
+        CompletableFuture.exceptionally): for owners whose own callers only take an answer."""
+        answer: Completion[T] = Completion()
+        self.on_done(_Exceptionally(answer, value))
         return answer
 
     def _run_callbacks(self) -> None:
@@ -180,6 +200,55 @@ class Completion(Generic[T]):
     def __repr__(self) -> str:
         state = ("pending", "finished", "cancelled")[self._state]
         return f"<Completion {state}>"
+
+
+def completed(value: T) -> Completion[T]:
+    """A Completion whose answer is known now: what an owner returns when nothing waits."""
+    done: Completion[T] = Completion()
+    done._result = value
+    done._state = _FINISHED
+    return done
+
+
+def all_of(completions: list[Completion[T]]) -> Completion[list[T]]:
+    """The results of every Completion, in order, once every one is done; otherwise the first
+    failure (or cancellation) among them, in that order."""
+    answer: Completion[list[T]] = Completion()
+    remaining = [len(completions)]
+
+    def one_done(_c: Completion[T]) -> None:
+        remaining[0] -= 1
+        if remaining[0] == 0:
+            for c in completions:
+                if c._state == _CANCELLED:
+                    answer.cancel(c._cancel_message)
+                    return
+                if c._exception is not None:
+                    answer.set_exception(c._exception)
+                    return
+            answer.set_result([c._result for c in completions])  # type: ignore[misc]
+
+    if not completions:
+        answer.set_result([])
+    for c in completions:
+        c.on_done(one_done)
+    return answer
+
+
+class _Exceptionally(Generic[T]):
+    """``Completion.exceptionally``'s continuation."""
+
+    __slots__ = ("answer", "value")
+
+    def __init__(self, answer: Completion[T], value: T) -> None:
+        self.answer = answer
+        self.value = value
+
+    def __call__(self, c: Completion[T]) -> None:
+        if c._state == _CANCELLED or c._exception is not None:
+            self.answer.set_result(self.value)
+        else:
+            self.answer.set_result(c._result)  # type: ignore[arg-type]
 
 
 class _Then(Generic[T, R]):

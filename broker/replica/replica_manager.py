@@ -1,11 +1,12 @@
 """ReplicaManager: the partitions this broker leads and everything that appends to or reads them.
 
 Like Kafka's ReplicaManager it owns produce and fetch end to end: validate, append or read,
-then answer now or park a DelayedProduce / DelayedFetch in its purgatories and hand back an
-awaitable (the one bridge is broker/replica/delayed_result.py). Handlers and the offsets store
-call it and never see a purgatory; it never sees the wire format. Whatever moves a partition's high
-watermark or log start (append, fsync, retention, deletion) checks the purgatories for that
-partition here: parked requests complete on the event, never on a poll.
+then answer now or park a DelayedProduce / DelayedFetch in its purgatories; either way it hands
+back a Completion (broker/replica/delayed_result.py), completed already when nothing waits.
+Handlers and the offsets store call it and never see a purgatory; it never sees the wire
+format. Whatever moves a partition's high watermark or log start (append, fsync, retention,
+deletion) checks the purgatories for that partition here: parked requests complete on the
+event, never on a poll.
 
 A disk fault takes a log dir offline (broker/log/dir_failure.py); as Kafka's
 handleLogDirFailure, the partitions of that dir then answer KAFKA_STORAGE_ERROR to Produce and
@@ -18,10 +19,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 import structlog
 
@@ -31,6 +31,7 @@ from broker.log.txn_index import AbortedTxn
 from broker.metrics.instruments import Histogram
 from broker.replica.delayed_fetch import DelayedFetch
 from broker.replica.delayed_produce import DelayedProduce
+from broker.replica.delayed_result import Completion, completed
 from broker.replica.partition import Partition
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import (
@@ -41,9 +42,8 @@ from protocol.record_batch import (
 )
 from purgatory import Purgatory, Timer, WallClock, system_wall_ms
 
-log = structlog.get_logger("broker.replica")
+logger = structlog.get_logger("broker.replica")
 
-T = TypeVar("T")
 TopicPartition = tuple[str, int]
 VALID_ACKS = (0, 1, -1)
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
@@ -128,16 +128,17 @@ class ReplicaManager:
         self, entries: Iterable[tuple[TopicPartition, bytes | None]], api_version: int,
         acks: int = 1, timeout_ms: int = 0, *, origin: AppendOrigin = AppendOrigin.CLIENT,
         transactional_id: str | None = None,
-    ) -> ProduceResults | Awaitable[ProduceResults]:
+    ) -> Completion[ProduceResults]:
         """Validate, assign offsets and append each partition's batches, in arrival order.
 
-        Answers at once, or (acks=-1, or a partition whose high watermark waits for the fsync)
-        with an awaitable that resolves when the high watermark covers every appended batch or
+        Completed at once, or (acks=-1, or a partition whose high watermark waits for the
+        fsync) when the high watermark covers every appended batch or
         ``timeout_ms`` passes. A transactional produce first has each partition checked with
         the transaction coordinator (a partition not added to the transaction is refused).
         """
         if acks not in VALID_ACKS:
-            return {tp: ProduceResult(ErrorCode.INVALID_REQUIRED_ACKS) for tp, _ in entries}
+            return completed({tp: ProduceResult(ErrorCode.INVALID_REQUIRED_ACKS)
+                              for tp, _ in entries})
         entries = list(entries)
         refused = self._verify_transaction(entries, transactional_id, api_version)
         results: ProduceResults = {}
@@ -147,16 +148,16 @@ class ReplicaManager:
             results[tp] = refusal if refusal is not None else self._append_one(
                 tp, records, ts, api_version, origin)
         if acks == 0:
-            return results
+            return completed(results)
         return self._await_high_watermark(results, acks, timeout_ms)
 
     def _await_high_watermark(self, results: ProduceResults, acks: int, timeout_ms: int
-                              ) -> ProduceResults | Awaitable[ProduceResults]:
+                              ) -> Completion[ProduceResults]:
         partitions = self.partitions
         waits = acks == -1 or any(
             (p := partitions.get(tp)) is not None and p.hw_gated_by_flush for tp in results)
         if not waits:
-            return results  # acks=1: each batch was written where it was appended
+            return completed(results)  # acks=1: each batch was written where it was appended
         op = DelayedProduce(timeout_ms, partitions, results)
         self.produce_purgatory.try_complete_else_watch(op, list(results))
         return op.future
@@ -206,8 +207,8 @@ class ReplicaManager:
                 message = ("Unable to verify the partition has been added to the transaction. "
                            f"Underlying error: {error.name}")
                 error = ErrorCode.NOT_ENOUGH_REPLICAS
-            log.info("transactional produce refused", topic=tp[0], partition=tp[1],
-                     transactional_id=transactional_id, error=error.name)
+            logger.info("transactional produce refused", topic=tp[0], partition=tp[1],
+                        transactional_id=transactional_id, error=error.name)
             refused[tp] = ProduceResult(error, message=message)
         return refused
 
@@ -215,7 +216,7 @@ class ReplicaManager:
     def write_txn_markers(
         self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
         partitions: list[TopicPartition], timeout_ms: int,
-    ) -> asyncio.Future[dict[TopicPartition, ErrorCode]]:
+    ) -> Completion[dict[TopicPartition, ErrorCode]]:
         """Append an end-transaction marker to each partition (as the coordinator: Kafka's
         WriteTxnMarkers with acks=all); resolves with each partition's error once every marker
         is under the high watermark, or ``timeout_ms`` passes."""
@@ -225,8 +226,8 @@ class ReplicaManager:
             results[tp] = self._append_marker(tp, producer_id, producer_epoch, coordinator_epoch,
                                               commit, ts)
         appended = self._await_high_watermark(results, -1, timeout_ms)
-        return produce_outcome(appended, lambda res: {tp: r.error for tp, r in res.items()},
-                               {tp: ErrorCode.UNKNOWN_SERVER_ERROR for tp in partitions})
+        return appended.then(_errors).exceptionally(
+            {tp: ErrorCode.UNKNOWN_SERVER_ERROR for tp in partitions})
 
     def _append_marker(self, tp: TopicPartition, producer_id: int, producer_epoch: int,
                        coordinator_epoch: int, commit: bool, ts: int) -> ProduceResult:
@@ -240,8 +241,8 @@ class ReplicaManager:
             return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
         except KafkaError as exc:
             code = ErrorCode(exc.error_code)
-            log.warning("transaction marker refused", topic=tp[0], partition=tp[1],
-                        producer_id=producer_id, error=code.name, reason=str(exc))
+            logger.warning("transaction marker refused", topic=tp[0], partition=tp[1],
+                           producer_id=producer_id, error=code.name, reason=str(exc))
             return ProduceResult(code, message=str(exc))
         self.markers_written += 1
         self._after_append(partition, info, hw_moved)
@@ -266,8 +267,8 @@ class ReplicaManager:
             return ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
         except KafkaError as exc:
             code = ErrorCode(exc.error_code)
-            log.warning("produce rejected", topic=tp[0], partition=tp[1], error=code.name,
-                        reason=str(exc))
+            logger.warning("produce rejected", topic=tp[0], partition=tp[1], error=code.name,
+                           reason=str(exc))
             return ProduceResult(code, message=str(exc), record_errors=exc.record_errors)
         self._after_append(partition, info, hw_moved)
         return ProduceResult(ErrorCode.NONE, info.first_offset, info.last_offset,
@@ -277,7 +278,7 @@ class ReplicaManager:
     def fetch_messages(
         self, fetches: list[PartitionFetch], max_bytes: int, min_bytes: int, max_wait_ms: int,
         limit: Callable[[], int] | None = None, isolation_level: int = READ_UNCOMMITTED,
-    ) -> list[FetchResult] | Awaitable[list[FetchResult]]:
+    ) -> Completion[list[FetchResult]]:
         """Read up to each high watermark (read_committed: last stable offset); below
         ``min_bytes`` park a DelayedFetch that reads again when enough became readable, a
         partition changed under it, or the wait ends.
@@ -288,12 +289,13 @@ class ReplicaManager:
         """
         committed = isolation_level == READ_COMMITTED
         if limit is not None and limit() <= 0:
-            return self.read_from_log(fetches, 0, min_one=False, read_committed=committed)
+            return completed(self.read_from_log(fetches, 0, min_one=False,
+                                                read_committed=committed))
         results = self.read_from_log(fetches, _capped(max_bytes, limit), read_committed=committed)
         total = sum(len(r.records) for r in results)
         has_error = any(r.error != ErrorCode.NONE for r in results)
         if max_wait_ms <= 0 or total >= min_bytes or has_error or not fetches:
-            return results
+            return completed(results)
         partitions = self.partitions
         hw_bytes = tuple(partitions[f.tp].hw_bytes for f in fetches)  # type: ignore[index]
         op = DelayedFetch(self, max_wait_ms, fetches, hw_bytes, total, min_bytes, max_bytes,
@@ -369,11 +371,11 @@ class ReplicaManager:
             low_watermark = partition.delete_records(offset)
         except KafkaError as exc:  # KafkaStorageError too: the dir failed under the move
             code = ErrorCode(exc.error_code)
-            log.info("delete records refused", topic=tp[0], partition=tp[1], offset=offset,
-                     error=code.name, reason=str(exc))
+            logger.info("delete records refused", topic=tp[0], partition=tp[1], offset=offset,
+                        error=code.name, reason=str(exc))
             return DeleteRecordsResult(code)
         except Exception:
-            log.exception("delete records failed", topic=tp[0], partition=tp[1], offset=offset)
+            logger.exception("delete records failed", topic=tp[0], partition=tp[1], offset=offset)
             return DeleteRecordsResult(ErrorCode.UNKNOWN_SERVER_ERROR)
         if partition.log_start_offset > before:
             self.fetch_purgatory.check_and_complete(tp)
@@ -391,8 +393,8 @@ class ReplicaManager:
             except KafkaStorageError:
                 continue  # its dir is offline now, reported once
             if deleted:
-                log.info("retention deleted segments", topic=p.topic, partition=p.index,
-                         segments=deleted, log_start_offset=p.log_start_offset)
+                logger.info("retention deleted segments", topic=p.topic, partition=p.index,
+                            segments=deleted, log_start_offset=p.log_start_offset)
                 self.fetch_purgatory.check_and_complete(p.key)
 
     def _after_append(self, partition: Partition, info: AppendInfo, hw_moved: bool) -> None:
@@ -440,7 +442,7 @@ class ReplicaManager:
         except KafkaStorageError:
             pass  # the fsync failed: the high watermark stays, the dir is offline (logged once)
         except Exception:
-            log.exception("flush failed", topic=partition.topic, partition=partition.index)
+            logger.exception("flush failed", topic=partition.topic, partition=partition.index)
         finally:
             partition.flush_pending = False
 
@@ -524,8 +526,8 @@ class ReplicaManager:
         for tp in offline:
             self.fetch_purgatory.check_and_complete(tp)
             self.produce_purgatory.check_and_complete(tp)
-        log.warning("stopped serving replicas in an offline log dir", log_dir=log_dir,
-                    partitions=[f"{t}-{i}" for t, i in offline])
+        logger.warning("stopped serving replicas in an offline log dir", log_dir=log_dir,
+                       partitions=[f"{t}-{i}" for t, i in offline])
 
     def remove_partition(self, tp: TopicPartition) -> Partition | None:
         """Drop a partition; requests parked on it complete now with an error."""
@@ -547,25 +549,8 @@ class ReplicaManager:
         self._flush_executor.shutdown(wait=True)
 
 
-def produce_outcome(appended: ProduceResults | Awaitable[ProduceResults],
-                    convert: Callable[[ProduceResults], T], failed: T) -> asyncio.Future[T]:
-    """An append's answer, ready or parked, as a future of ``convert(results)`` for the
-    coordinators that append as producers do; ``failed`` if the parked answer failed."""
-    fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-    if isinstance(appended, dict):
-        fut.set_result(convert(appended))
-        return fut
-
-    def done(f: asyncio.Future[ProduceResults]) -> None:
-        if fut.done():
-            return
-        if f.cancelled() or f.exception() is not None:
-            fut.set_result(failed)
-        else:
-            fut.set_result(convert(f.result()))
-
-    asyncio.ensure_future(appended).add_done_callback(done)
-    return fut
+def _errors(results: ProduceResults) -> dict[TopicPartition, ErrorCode]:
+    return {tp: r.error for tp, r in results.items()}
 
 
 def _verification_error(error: ErrorCode, produce_version: int) -> ErrorCode:

@@ -34,6 +34,7 @@ import structlog
 from kafka.protocol.api_message import ApiMessage
 from prometheus_client.core import CounterMetricFamily
 
+from broker.replica.delayed_result import Completion
 from protocol.errors import ErrorCode
 from protocol.registry import APIS, ApiSpec
 
@@ -210,24 +211,28 @@ class Faults:
         if rest is None:
             return failed
         served = dispatch(request)  # the request now names only the entries left to serve
-        if served is None or not hasattr(served, "__await__"):
-            return _merged(served, failed) if served is not None else failed
-        return _then(served, lambda r: _merged(r, failed))
+        if isinstance(served, Completion):
+            return served.then(lambda r: _merged(r, failed))
+        return _merged(served, failed) if served is not None else failed
 
-    async def _delayed(self, result: HandlerResult, seconds: float) -> Any:
+    def _delayed(self, result: HandlerResult, seconds: float) -> Completion[Any]:
         """``result`` once ``seconds`` passed, or at once when the delays are released."""
         loop = asyncio.get_running_loop()
+        answer: Completion[Any] = Completion()
         held: asyncio.Future[None] = loop.create_future()
         timer = loop.call_later(seconds, lambda: held.done() or held.set_result(None))
         self._held.add(held)
-        try:
-            await held
-        finally:
+
+        def release(_held: asyncio.Future[None]) -> None:
             timer.cancel()
             self._held.discard(held)
-        if result is not None and hasattr(result, "__await__"):
-            return await result
-        return result
+            if isinstance(result, Completion):
+                result.on_done(lambda done: _pass_on(done, answer))
+            else:
+                answer.set_result(result)
+
+        held.add_done_callback(release)
+        return answer
 
     def release_delays(self) -> None:
         """Send every held answer now (on the broker's loop: clear_faults, stop, kill)."""
@@ -243,7 +248,7 @@ class Faults:
                 conn.transport.abort()
         # No answer, and none expected: a cancelled result is how the channel hears that a
         # request's connection went away (a None would be logged as a handler bug).
-        gone: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        gone: Completion[Any] = Completion()
         gone.cancel()
         return gone
 
@@ -262,8 +267,14 @@ class Faults:
 
 
 
-async def _then(result: Any, convert: Callable[[Any], Any]) -> Any:
-    return convert(await result)
+def _pass_on(done: Completion[Any], answer: Completion[Any]) -> None:
+    """``answer`` ends as ``done`` did."""
+    if done.cancelled():
+        answer.cancel()
+    elif (exc := done.exception()) is not None:
+        answer.set_exception(exc)
+    else:
+        answer.set_result(done.result())
 
 
 def error_response(spec: ApiSpec, version: int, body: Any, code: int, *,

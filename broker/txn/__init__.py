@@ -9,8 +9,8 @@ from broker.txn.coordinator import (
     TransactionListing,
     TxnConfig,
 )
-from broker.txn.metadata import TransactionMetadata, TransactionState, TxnTransit
 from broker.txn.state_log import TOPIC
+from broker.txn.transaction_metadata import TransactionMetadata, TransactionState, TxnTransit
 
 __all__ = [
     "TOPIC",

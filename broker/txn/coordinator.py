@@ -8,20 +8,22 @@ then writes the markers to every partition of the transaction and records Comple
 CompleteAbort. Every transition is written to `__transaction_state` (state_log.py) and applied
 only once committed there; while it is in flight the id has a pending state and other requests
 are answered CONCURRENT_TRANSACTIONS. Deadlines (a transaction's timeout, an idle id's
-expiration, a marker retry) are delayed operations on the timing wheel (delayed.py).
+expiration, a marker retry) are one deadline per id on the timing wheel
+(broker/coordinator/timer.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import structlog
 
-from broker.txn.delayed import TxnDeadline
-from broker.txn.metadata import (
+from broker.coordinator.timer import CoordinatorTimer
+from broker.replica.delayed_result import Completion, completed
+from broker.txn.state_log import TransactionStateLog, value_bytes
+from broker.txn.transaction_metadata import (
     NO_PRODUCER_EPOCH,
     IllegalTransitionError,
     TransactionMetadata,
@@ -29,9 +31,8 @@ from broker.txn.metadata import (
     TxnTransit,
     is_epoch_exhausted,
 )
-from broker.txn.state_log import TransactionStateLog, value_bytes
 from protocol.errors import ErrorCode
-from purgatory import Purgatory, Timer, WallClock
+from purgatory import Timer, WallClock
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
@@ -39,11 +40,10 @@ if TYPE_CHECKING:
     from broker.metadata.topic_admin import TopicAdmin
     from broker.replica.replica_manager import ReplicaManager
 
-log = structlog.get_logger("broker.txn")
+logger = structlog.get_logger("broker.txn")
 
 S = TransactionState
 E = ErrorCode
-T = TypeVar("T")
 TopicPartition = tuple[str, int]
 OFFSETS_TOPIC = "__consumer_offsets"
 REQUEST_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms, which bounds a marker write
@@ -140,14 +140,15 @@ class TransactionCoordinator:
         self.config = TxnConfig.of(config)
         self.replica_manager = replica_manager
         self.producer_ids = producer_ids
-        self.purgatory: Purgatory[TxnDeadline] = Purgatory("transaction", timer)
+        # One deadline per transactional id: the transaction's timeout while Ongoing, the
+        # id's expiration while idle, or a marker or log write's retry after its backoff.
+        self._deadlines: CoordinatorTimer[str] = CoordinatorTimer(timer)
         self.state_log = TransactionStateLog(replica_manager, topics, self.config.num_partitions,
                                              self.config.segment_bytes, wall_ms)
         self._on_offsets_markers = on_offsets_markers
         self._partition_for_group = partition_for_group
         self._wall_ms = wall_ms
         self._active = False
-        self._deadlines: dict[str, TxnDeadline] = {}
         self._pending_markers: dict[str, _PendingCompletion] = {}
         # Read by metrics.
         self.transactions: dict[str, TransactionMetadata] = {}
@@ -165,9 +166,9 @@ class TransactionCoordinator:
         for md in list(self.transactions.values()):
             if md.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
                 commit = md.state == S.PREPARE_COMMIT
-                log.info("resuming transaction completion", transactional_id=md.transactional_id,
-                         producer_id=md.producer_id, commit=commit,
-                         partitions=len(md.topic_partitions))
+                logger.info("resuming transaction completion", transactional_id=md.transactional_id,
+                            producer_id=md.producer_id, commit=commit,
+                            partitions=len(md.topic_partitions))
                 self._send_markers(md, md.prepare_complete(now), commit)
             else:
                 self._schedule(md)
@@ -175,9 +176,7 @@ class TransactionCoordinator:
     def shutdown(self) -> None:
         self._active = False
         self._pending_markers.clear()
-        for op in list(self._deadlines.values()):
-            op.force_complete()
-        self._deadlines.clear()
+        self._deadlines.cancel_all()
 
     def ensure_topic(self) -> None:
         """`__transaction_state` exists from the first transactional FindCoordinator on."""
@@ -196,15 +195,15 @@ class TransactionCoordinator:
     def init_producer_id(
         self, transactional_id: str, txn_timeout_ms: int,
         expected: tuple[int, int] | None = None,
-    ) -> InitProducerIdResult | asyncio.Future[InitProducerIdResult]:
+    ) -> Completion[InitProducerIdResult]:
         """A transactional producer's id and epoch. ``expected`` is the (producer id, epoch) a
         producer presents to bump its epoch after an error (KIP-360)."""
         if not transactional_id:
-            return InitProducerIdResult(E.INVALID_REQUEST)
+            return completed(InitProducerIdResult(E.INVALID_REQUEST))
         if not 0 < txn_timeout_ms <= self.config.transaction_max_timeout_ms:
-            return InitProducerIdResult(E.INVALID_TRANSACTION_TIMEOUT)
+            return completed(InitProducerIdResult(E.INVALID_TRANSACTION_TIMEOUT))
         if not self._active:
-            return InitProducerIdResult(E.COORDINATOR_LOAD_IN_PROGRESS)
+            return completed(InitProducerIdResult(E.COORDINATOR_LOAD_IN_PROGRESS))
         self.ensure_topic()
         md = self.transactions.get(transactional_id)
         if md is None:
@@ -213,24 +212,24 @@ class TransactionCoordinator:
             self.transactions[transactional_id] = md
         prepared = self._prepare_init(md, txn_timeout_ms, expected)
         if isinstance(prepared, ErrorCode):
-            return InitProducerIdResult(prepared)
+            return completed(InitProducerIdResult(prepared))
         transit = prepared
         if transit.state == S.PREPARE_EPOCH_FENCE:
             # Abort the open transaction first; the client retries and gets the next epoch.
             def fenced(error: ErrorCode) -> InitProducerIdResult:
                 return InitProducerIdResult(E.CONCURRENT_TRANSACTIONS if error == E.NONE
                                             else error)
-            return self._call(lambda done: self._end_transaction(
-                transactional_id, transit.producer_id, transit.producer_epoch, False,
-                from_client=False, callback=lambda e: done(fenced(e))))
+            return self._end_transaction(transactional_id, transit.producer_id,
+                                         transit.producer_epoch, False,
+                                         from_client=False).then(fenced)
 
         def initialized(error: ErrorCode) -> InitProducerIdResult:
             if error != E.NONE:
                 return InitProducerIdResult(error)
-            log.info("producer initialized", transactional_id=transactional_id,
-                     producer_id=transit.producer_id, epoch=transit.producer_epoch)
+            logger.info("producer initialized", transactional_id=transactional_id,
+                        producer_id=transit.producer_id, epoch=transit.producer_epoch)
             return InitProducerIdResult(E.NONE, transit.producer_id, transit.producer_epoch)
-        return self._call(lambda done: self._append(md, transit, lambda e: done(initialized(e))))
+        return self._append(md, transit).then(initialized)
 
     def _prepare_init(self, md: TransactionMetadata, timeout_ms: int,
                       expected: tuple[int, int] | None) -> TxnTransit | ErrorCode:
@@ -258,27 +257,26 @@ class TransactionCoordinator:
 
     # -- AddPartitionsToTxn, AddOffsetsToTxn and the KIP-890 check ---------------------------------
     def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                       partitions: Iterable[TopicPartition]
-                       ) -> ErrorCode | asyncio.Future[ErrorCode]:
+                       partitions: Iterable[TopicPartition]) -> Completion[ErrorCode]:
         added = set(partitions)
         if not transactional_id:
-            return E.INVALID_REQUEST
+            return completed(E.INVALID_REQUEST)
         md, error = self._lookup(transactional_id)
         if md is None:
-            return error
+            return completed(error)
         if md.producer_id != producer_id:
-            return E.INVALID_PRODUCER_ID_MAPPING
+            return completed(E.INVALID_PRODUCER_ID_MAPPING)
         if md.producer_epoch != producer_epoch:
-            return E.PRODUCER_FENCED
+            return completed(E.PRODUCER_FENCED)
         if md.pending_transition_in_progress or md.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
-            return E.CONCURRENT_TRANSACTIONS
+            return completed(E.CONCURRENT_TRANSACTIONS)
         if md.state == S.ONGOING and added <= md.topic_partitions:
-            return E.NONE
+            return completed(E.NONE)
         transit = md.prepare_add_partitions(added, self._wall_ms())
-        return self._call(lambda done: self._append(md, transit, done))
+        return self._append(md, transit)
 
     def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                    group_id: str) -> ErrorCode | asyncio.Future[ErrorCode]:
+                    group_id: str) -> Completion[ErrorCode]:
         """The group's `__consumer_offsets` partition joins the transaction."""
         tp = (OFFSETS_TOPIC, self._partition_for_group(group_id))
         return self.add_partitions(transactional_id, producer_id, producer_epoch, [tp])
@@ -311,28 +309,29 @@ class TransactionCoordinator:
 
     # -- EndTxn ---------------------------------------------------------------------------------
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                commit: bool) -> ErrorCode | asyncio.Future[ErrorCode]:
+                commit: bool) -> Completion[ErrorCode]:
         """Answered once PrepareCommit/PrepareAbort is durable; the markers follow."""
-        return self._call(lambda done: self._end_transaction(
-            transactional_id, producer_id, producer_epoch, commit, from_client=True,
-            callback=done))
+        return self._end_transaction(transactional_id, producer_id, producer_epoch, commit,
+                                     from_client=True)
 
     def _end_transaction(self, tid: str, producer_id: int, producer_epoch: int, commit: bool,
-                         *, from_client: bool, callback: Callable[[ErrorCode], None]) -> None:
+                         *, from_client: bool) -> Completion[ErrorCode]:
+        """Kafka's endTransaction: the client's answer once Prepare* is written (or at once,
+        refused); the markers are sent after it."""
         if not tid:
-            return callback(E.INVALID_REQUEST)
+            return completed(E.INVALID_REQUEST)
         md, error = self._lookup(tid)
         if md is None:
-            return callback(error)
+            return completed(error)
         valid_epoch = ((not from_client or producer_epoch == md.producer_epoch)
                        and producer_epoch >= md.producer_epoch)
         fencing = False
         if md.producer_id != producer_id:
-            return callback(E.INVALID_PRODUCER_ID_MAPPING)
+            return completed(E.INVALID_PRODUCER_ID_MAPPING)
         if not valid_epoch:
-            return callback(E.PRODUCER_FENCED)
+            return completed(E.PRODUCER_FENCED)
         if md.pending_state not in (None, S.PREPARE_EPOCH_FENCE):
-            return callback(E.CONCURRENT_TRANSACTIONS)
+            return completed(E.CONCURRENT_TRANSACTIONS)
         if md.state == S.ONGOING:
             target = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
             if target == S.PREPARE_ABORT and md.pending_state == S.PREPARE_EPOCH_FENCE:
@@ -345,35 +344,34 @@ class TransactionCoordinator:
         elif md.state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
             # A retry of an end that completed: the same result is answered as done.
             done = (md.state == S.COMPLETE_COMMIT) == commit
-            return callback(E.NONE if done else E.INVALID_TXN_STATE)
+            return completed(E.NONE if done else E.INVALID_TXN_STATE)
         elif md.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
             same = (md.state == S.PREPARE_COMMIT) == commit
-            return callback(E.CONCURRENT_TRANSACTIONS if same else E.INVALID_TXN_STATE)
+            return completed(E.CONCURRENT_TRANSACTIONS if same else E.INVALID_TXN_STATE)
         elif md.state == S.EMPTY:
-            return callback(E.INVALID_TXN_STATE)
+            return completed(E.INVALID_TXN_STATE)
         else:
             raise IllegalTransitionError(f"{tid} found in {md.state.kafka_name}")
 
-        def prepared(error: ErrorCode) -> None:
+        def prepared(error: ErrorCode) -> ErrorCode:
             if error != E.NONE:
                 if fencing and self.transactions.get(tid) is md:
                     md.has_failed_epoch_fence = True
-                    log.warning("epoch fence not written", transactional_id=tid,
-                                epoch=producer_epoch, error=error.name)
-                return callback(error)
+                    logger.warning("epoch fence not written", transactional_id=tid,
+                                   epoch=producer_epoch, error=error.name)
+                return error
             if md.producer_id != producer_id:
-                return callback(E.INVALID_PRODUCER_ID_MAPPING)
+                return E.INVALID_PRODUCER_ID_MAPPING
             if md.producer_epoch != producer_epoch:
-                return callback(E.PRODUCER_FENCED)
+                return E.PRODUCER_FENCED
             if md.pending_transition_in_progress:
-                return callback(E.CONCURRENT_TRANSACTIONS)
+                return E.CONCURRENT_TRANSACTIONS
             if md.state != transit.state:
-                return callback(E.INVALID_TXN_STATE)
-            completion = md.prepare_complete(self._wall_ms())
-            callback(E.NONE)
-            self._send_markers(md, completion, commit)
+                return E.INVALID_TXN_STATE
+            self._send_markers(md, md.prepare_complete(self._wall_ms()), commit)
+            return E.NONE
 
-        self._append(md, transit, prepared)
+        return self._append(md, transit).then(prepared)
 
     # -- markers ----------------------------------------------------------------------------------
     def _send_markers(self, md: TransactionMetadata, completion: TxnTransit, commit: bool) -> None:
@@ -389,8 +387,8 @@ class TransactionCoordinator:
             return
         for tp in sorted(tp for tp in partitions if tp not in self.replica_manager.partitions):
             # Kafka skips a partition without a leader: its topic is deleted.
-            log.info("transaction partition gone, no marker", transactional_id=tid,
-                     topic=tp[0], partition=tp[1])
+            logger.info("transaction partition gone, no marker", transactional_id=tid,
+                        topic=tp[0], partition=tp[1])
             md.remove_partition(tp)
             partitions.discard(tp)
         if not partitions:
@@ -399,18 +397,17 @@ class TransactionCoordinator:
         written = self.replica_manager.write_txn_markers(
             md.producer_id, md.producer_epoch, pending.coordinator_epoch, pending.commit,
             to_write, REQUEST_TIMEOUT_MS)
-        asyncio.ensure_future(written).add_done_callback(
-            lambda f: self._markers_written(pending, to_write, f))
+        written.add_done_callback(lambda f: self._markers_written(pending, to_write, f))
 
     def _markers_written(self, pending: _PendingCompletion, partitions: list[TopicPartition],
-                         f: asyncio.Future[dict[TopicPartition, ErrorCode]]) -> None:
+                         f: Completion[dict[TopicPartition, ErrorCode]]) -> None:
         md = pending.md
         tid = md.transactional_id
         if self._pending_markers.get(tid) is not pending:
             return
         if f.cancelled() or f.exception() is not None:
-            log.warning("transaction markers failed", transactional_id=tid,
-                        error=repr(None if f.cancelled() else f.exception()))
+            logger.warning("transaction markers failed", transactional_id=tid,
+                           error=repr(None if f.cancelled() else f.exception()))
             return self._retry_markers(pending, set(partitions))
         results = f.result()
         retry: set[TopicPartition] = set()
@@ -429,7 +426,7 @@ class TransactionCoordinator:
             else:
                 # Fenced (a newer producer or coordinator epoch owns the partition): this
                 # transaction can be ignored there; anything else is unexpected, as in Kafka.
-                log_at = log.info if error in _MARKER_FENCED else log.error
+                log_at = logger.info if error in _MARKER_FENCED else logger.error
                 log_at("transaction markers abandoned", transactional_id=tid, topic=tp[0],
                        partition=tp[1], error=error.name)
                 stop = True
@@ -437,12 +434,12 @@ class TransactionCoordinator:
             try:
                 self._on_offsets_markers(md.producer_id, offsets, pending.commit)
             except Exception:
-                log.exception("offsets not materialized after markers", transactional_id=tid)
+                logger.exception("offsets not materialized after markers", transactional_id=tid)
         if stop:
             self._pending_markers.pop(tid, None)
         elif retry:
-            log.info("retrying transaction markers", transactional_id=tid,
-                     partitions=[f"{t}-{p}" for t, p in sorted(retry)])
+            logger.info("retrying transaction markers", transactional_id=tid,
+                        partitions=[f"{t}-{p}" for t, p in sorted(retry)])
             self._retry_markers(pending, retry)
         else:
             self._maybe_write_completion(tid)
@@ -467,17 +464,17 @@ class TransactionCoordinator:
 
         def written(error: ErrorCode) -> None:
             if error == E.NONE:
-                log.info("transaction completed", transactional_id=tid,
-                         producer_id=md.producer_id, state=md.state.kafka_name)
+                logger.info("transaction completed", transactional_id=tid,
+                            producer_id=md.producer_id, state=md.state.kafka_name)
             elif error == E.COORDINATOR_NOT_AVAILABLE:
                 self._set_deadline(tid, self._wall_ms() + RETRY_BACKOFF_MS,
                                    lambda: self._write_completion(pending))
             else:
-                log.warning("transaction completion not written", transactional_id=tid,
-                            error=error.name)
+                logger.warning("transaction completion not written", transactional_id=tid,
+                               error=error.name)
 
-        self._append(md, pending.transit, written,
-                     retry_on_error=lambda e: e == E.COORDINATOR_NOT_AVAILABLE)
+        self._append(md, pending.transit,
+                     retry_on_error=lambda e: e == E.COORDINATOR_NOT_AVAILABLE).then(written)
 
     # -- DescribeTransactions, ListTransactions ---------------------------------------------------
     def describe(self, transactional_id: str) -> TransactionDescription:
@@ -533,19 +530,15 @@ class TransactionCoordinator:
 
     def _set_deadline(self, tid: str, at_ms: int | None, on_due: Callable[[], None] | None
                       ) -> None:
-        if self._deadlines.pop(tid, None) is not None:
-            self.purgatory.check_and_complete(tid)  # the replaced one completes, doing nothing
+        """The id's one deadline, at ``at_ms`` on the wall clock, replacing the earlier one."""
         if at_ms is None or on_due is None or not self._active:
+            self._deadlines.cancel(tid)
             return
-        op = TxnDeadline(at_ms - self._wall_ms(), lambda op: self._deadlines.get(tid) is op,
-                         on_due)
-        self._deadlines[tid] = op
-        self.purgatory.try_complete_else_watch(op, [tid])
+        self._deadlines.schedule(tid, at_ms - self._wall_ms(), on_due)
 
     def _abort_timed_out(self, tid: str) -> None:
         """Kafka's abortTimedOutTransactions for one id: fence the producer's epoch and abort.
         With a write in flight nothing is done now; its completion sets the deadline again."""
-        self._deadlines.pop(tid, None)
         md = self.transactions.get(tid)
         if md is None or md.state != S.ONGOING or md.pending_transition_in_progress:
             return
@@ -553,21 +546,20 @@ class TransactionCoordinator:
             return self._schedule(md)  # the wall clock is behind the timer: not yet
         transit = md.prepare_fence_producer_epoch()
         self.timed_out += 1
-        log.info("transaction timed out, aborting", transactional_id=tid,
-                 producer_id=md.producer_id, epoch=transit.producer_epoch,
-                 timeout_ms=md.txn_timeout_ms)
+        logger.info("transaction timed out, aborting", transactional_id=tid,
+                    producer_id=md.producer_id, epoch=transit.producer_epoch,
+                    timeout_ms=md.txn_timeout_ms)
 
         def ended(error: ErrorCode) -> None:
             if error != E.NONE:
-                log.info("timed-out transaction not aborted", transactional_id=tid,
-                         error=error.name)
+                logger.info("timed-out transaction not aborted", transactional_id=tid,
+                            error=error.name)
 
         self._end_transaction(tid, transit.producer_id, transit.producer_epoch, False,
-                              from_client=False, callback=ended)
+                              from_client=False).then(ended)
 
     def _expire_transactional_id(self, tid: str) -> None:
         """transactional.id.expiration.ms passed with no transaction: tombstone and forget."""
-        self._deadlines.pop(tid, None)
         md = self.transactions.get(tid)
         if md is None or md.pending_transition_in_progress or not md.state.expiration_allowed:
             return
@@ -577,16 +569,16 @@ class TransactionCoordinator:
         transit = md.prepare_dead()
         written = self.state_log.append(tid, None, REQUEST_TIMEOUT_MS)
 
-        def done(f: asyncio.Future[tuple[ErrorCode, int]]) -> None:
+        def done(f: Completion[tuple[ErrorCode, int]]) -> None:
             error = f.result()[0]
             if (self.transactions.get(tid) is md and md.pending_state == S.DEAD
                     and md.producer_epoch == transit.producer_epoch and error == E.NONE):
                 del self.transactions[tid]
                 self.expired_ids += 1
-                log.info("transactional id expired", transactional_id=tid,
-                         producer_id=md.producer_id)
+                logger.info("transactional id expired", transactional_id=tid,
+                            producer_id=md.producer_id)
                 return
-            log.warning("transactional id not expired", transactional_id=tid, error=error.name)
+            logger.warning("transactional id not expired", transactional_id=tid, error=error.name)
             md.pending_state = None
             self._schedule(md)
 
@@ -600,14 +592,18 @@ class TransactionCoordinator:
         return md, (E.NONE if md is not None else E.INVALID_PRODUCER_ID_MAPPING)
 
     def _append(self, md: TransactionMetadata, transit: TxnTransit,
-                callback: Callable[[ErrorCode], None],
-                retry_on_error: Callable[[ErrorCode], bool] | None = None) -> None:
+                retry_on_error: Callable[[ErrorCode], bool] | None = None
+                ) -> Completion[ErrorCode]:
         """Kafka's appendTransactionToLog: write the transition, apply it once committed (or
-        drop the pending state on failure), then call back with the client's error."""
+        drop the pending state on failure), then complete with the client's error. The
+        transition is applied on the loop after the write, not inside the append that
+        completed it."""
         tid = md.transactional_id
         written = self.state_log.append(tid, value_bytes(transit), transit.txn_timeout_ms)
 
-        def done(f: asyncio.Future[tuple[ErrorCode, int]]) -> None:
+        answer: Completion[ErrorCode] = Completion()
+
+        def done(f: Completion[tuple[ErrorCode, int]]) -> None:
             error = f.result()[0]
             error = _APPEND_ERRORS.get(error, error)
             current = self.transactions.get(tid) is md
@@ -617,30 +613,12 @@ class TransactionCoordinator:
                 else:
                     error = E.NOT_COORDINATOR
             elif current and not (retry_on_error is not None and retry_on_error(error)):
-                log.info("transaction log append failed", transactional_id=tid,
-                         state=transit.state.kafka_name, error=error.name)
+                logger.info("transaction log append failed", transactional_id=tid,
+                            state=transit.state.kafka_name, error=error.name)
                 md.pending_state = None
             if current and md.pending_state is None:
                 self._schedule(md)
-            callback(error)
+            answer.set_result(error)
 
         written.add_done_callback(done)
-
-    @staticmethod
-    def _call(start: Callable[[Callable[[T], None]], None]) -> T | asyncio.Future[T]:
-        """Run a callback-style operation: its result if it answered at once, else a future."""
-        answered: list[T] = []
-        future: list[asyncio.Future[T]] = []
-
-        def done(value: T) -> None:
-            if future:
-                if not future[0].done():
-                    future[0].set_result(value)
-            else:
-                answered.append(value)
-
-        start(done)
-        if answered:
-            return answered[0]
-        future.append(asyncio.get_running_loop().create_future())
-        return future[0]
+        return answer

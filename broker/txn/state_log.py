@@ -10,7 +10,6 @@ answered) only once the high watermark covers its record, as in Kafka's appendTr
 
 from __future__ import annotations
 
-import asyncio
 import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -24,14 +23,15 @@ from broker.coordinator.records import (
     java_string_hash,
     read_records,
 )
-from broker.txn.metadata import TransactionMetadata, TransactionState, TxnTransit
+from broker.txn.transaction_metadata import TransactionMetadata, TransactionState, TxnTransit
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from broker.metadata.topic_admin import TopicAdmin
+    from broker.replica.delayed_result import Completion
     from broker.replica.replica_manager import ReplicaManager
 
-log = structlog.get_logger("broker.txn")
+logger = structlog.get_logger("broker.txn")
 
 TOPIC = "__transaction_state"
 KEY_VERSION = 0
@@ -160,7 +160,7 @@ class TransactionStateLog:
                     continue
                 tid = read_key(key)
                 if tid is None:
-                    log.warning("unknown transaction log key version", partition=index)
+                    logger.warning("unknown transaction log key version", partition=index)
                     continue
                 records += 1
                 md = read_value(tid, value)
@@ -169,12 +169,12 @@ class TransactionStateLog:
                 else:
                     loaded[tid] = md
         if records:
-            log.info("transaction metadata loaded", records=records, transactions=len(loaded))
+            logger.info("transaction metadata loaded", records=records, transactions=len(loaded))
         return loaded
 
     def append(self, transactional_id: str, value: bytes | None, timeout_ms: int
-               ) -> asyncio.Future[tuple[ErrorCode, int]]:
-        """One record (a value or a tombstone); resolves with the append's error (and the
+               ) -> Completion[tuple[ErrorCode, int]]:
+        """One record (a value or a tombstone); completes with the append's error (and the
         record's offset) once committed."""
         return append_as_coordinator(
             self.replica_manager, (TOPIC, self.partition_for(transactional_id)),

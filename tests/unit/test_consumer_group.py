@@ -14,12 +14,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from broker.group.classic_group import OffsetAndMetadata
 from broker.group.consumer_coordinator import HeartbeatRequest, HeartbeatResult
 from broker.group.consumer_group import ConsumerGroupState, MemberState
-from broker.group.metadata import OffsetAndMetadata
+from broker.replica.delayed_result import Completion
 from protocol.errors import ErrorCode
 from tests.support.components import Components, build, settle
 
@@ -42,6 +44,12 @@ async def parts(tmp_path: Path) -> AsyncIterator[Components]:
     c.topics.create_topic("b", 2, {})
     yield c
     await c.close()
+
+
+def now(answer: Completion[Any]) -> Any:
+    """An answer known at once."""
+    assert answer.done(), "waiting"
+    return answer.result()
 
 
 def tid(c: Components, topic: str) -> uuid.UUID:
@@ -300,8 +308,8 @@ async def test_a_commit_one_epoch_behind_is_taken_for_partitions_held_since(
             GROUP, "m1", None, epoch, {("a", partition): OffsetAndMetadata(5, -1, "", 0)}, 9)
 
     assert await commit(1, kept[0]) == {("a", kept[0]): ErrorCode.NONE}
-    assert commit(1, gone[0]) == {("a", gone[0]): ErrorCode.STALE_MEMBER_EPOCH}
-    assert commit(0, kept[0]) == {("a", kept[0]): ErrorCode.STALE_MEMBER_EPOCH}
+    assert now(commit(1, gone[0])) == {("a", gone[0]): ErrorCode.STALE_MEMBER_EPOCH}
+    assert now(commit(0, kept[0])) == {("a", kept[0]): ErrorCode.STALE_MEMBER_EPOCH}
     assert await commit(2, kept[0]) == {("a", kept[0]): ErrorCode.NONE}
 
 
@@ -310,13 +318,13 @@ async def test_commits_carry_the_member_epoch(parts: Components) -> None:
     offsets = {("a", 0): OffsetAndMetadata(5, -1, "", 0)}
     coordinator = parts.coordinator
     stale = coordinator.commit_offsets(GROUP, "m1", None, 0, offsets, 9)
-    assert stale == {("a", 0): ErrorCode.STALE_MEMBER_EPOCH}
+    assert now(stale) == {("a", 0): ErrorCode.STALE_MEMBER_EPOCH}
     unknown = coordinator.commit_offsets(GROUP, "ghost", None, 1, offsets, 9)
-    assert unknown == {("a", 0): ErrorCode.UNKNOWN_MEMBER_ID}
+    assert now(unknown) == {("a", 0): ErrorCode.UNKNOWN_MEMBER_ID}
     old = coordinator.commit_offsets(GROUP, "m1", None, 1, offsets, 8)
-    assert old == {("a", 0): ErrorCode.UNSUPPORTED_VERSION}
+    assert now(old) == {("a", 0): ErrorCode.UNSUPPORTED_VERSION}
     admin = coordinator.commit_offsets(GROUP, "", None, -1, offsets, 9)
-    assert admin == {("a", 0): ErrorCode.UNKNOWN_MEMBER_ID}  # not while it has members
+    assert now(admin) == {("a", 0): ErrorCode.UNKNOWN_MEMBER_ID}  # not while it has members
     ok = await coordinator.commit_offsets(GROUP, "m1", None, 1, offsets, 9)
     assert ok == {("a", 0): ErrorCode.NONE}
     assert coordinator.fetch_offsets(GROUP, [("a", 0)])[("a", 0)].offset == 5
@@ -334,7 +342,7 @@ async def test_commits_carry_the_member_epoch(parts: Components) -> None:
     assert not coordinator.groups.get(GROUP)  # still a consumer group, not a classic one
     assert isinstance(coordinator.offsets_group(GROUP), type(group(parts)))
     missing = coordinator.commit_offsets("nobody", "m", None, 3, offsets, 9)
-    assert missing == {("a", 0): ErrorCode.GROUP_ID_NOT_FOUND}
+    assert now(missing) == {("a", 0): ErrorCode.GROUP_ID_NOT_FOUND}
 
 
 async def test_group_survives_a_restart_empty(tmp_path: Path) -> None:

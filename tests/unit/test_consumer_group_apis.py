@@ -27,8 +27,9 @@ from broker.apis import (
     offset_commit,
     offset_fetch,
 )
+from broker.group.classic_group import OffsetAndMetadata
 from broker.group.consumer_group import ConsumerGroupState
-from broker.group.metadata import OffsetAndMetadata
+from broker.replica.delayed_result import Completion
 from protocol.errors import ErrorCode
 from protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
 from tests.support.components import Components, build, parse, settle, wire_roundtrip
@@ -36,6 +37,12 @@ from tests.support.components import Components, build, parse, settle, wire_roun
 GROUP = "cg"
 OVERRIDES = {"offsets.topic.num.partitions": "3", "group.consumer.heartbeat.interval.ms": "5000"}
 TopicPartitions = ConsumerGroupHeartbeatRequest.TopicPartitions
+
+
+def now(answer: Completion[Any]) -> Any:
+    """An answer known at once."""
+    assert answer.done(), "waiting"
+    return answer.result()
 
 
 @pytest.fixture
@@ -233,16 +240,17 @@ async def test_classic_member_joins_a_live_consumer_group(parts: Components) -> 
     await call(parts, consumer_group_heartbeat.handle, join_request("modern"))
     subscription = bytes(ConsumerProtocolSubscription(
         topics=["a"], user_data=None, owned_partitions=[]).encode(version=1))
-    first = coordinator.join_group(GROUP, "", None, True, "classic", "/h", 10_000, 10_000,
-                                   "consumer", [("range", subscription)])
+    first = now(coordinator.join_group(GROUP, "", None, True, "classic", "/h", 10_000, 10_000,
+                                       "consumer", [("range", subscription)]))
     assert first.error == ErrorCode.MEMBER_ID_REQUIRED
-    joined = coordinator.join_group(GROUP, first.member_id, None, True, "classic", "/h",
-                                    10_000, 10_000, "consumer", [("range", subscription)])
+    joined = now(coordinator.join_group(GROUP, first.member_id, None, True, "classic", "/h",
+                                        10_000, 10_000, "consumer", [("range", subscription)]))
     assert (joined.error, joined.generation_id, joined.protocol_name, joined.leader_id) == (
         ErrorCode.NONE, 2, "range", "")
     group = coordinator.consumer.groups[GROUP]
     assert group.members[first.member_id].uses_classic_protocol
-    error, raw = coordinator.sync_group(GROUP, 2, first.member_id, None, "consumer", "range", {})
+    error, raw = now(coordinator.sync_group(GROUP, 2, first.member_id, None, "consumer",
+                                            "range", {}))
     assert error == ErrorCode.NONE
     assert ConsumerProtocolAssignment.decode(raw).assigned_partitions == []  # not released yet
     assert coordinator.heartbeat(GROUP, first.member_id, None, 2) == ErrorCode.NONE
@@ -255,17 +263,17 @@ async def test_classic_member_joins_a_live_consumer_group(parts: Components) -> 
         "modern", 1, topic_partitions=[TopicPartitions(topic_id=tid, partitions=kept)]))
     assert coordinator.heartbeat(GROUP, first.member_id, None, 2) == (
         ErrorCode.REBALANCE_IN_PROGRESS)
-    again = coordinator.join_group(GROUP, first.member_id, None, True, "classic", "/h",
-                                   10_000, 10_000, "consumer", [("range", subscription)])
-    error, raw = coordinator.sync_group(GROUP, again.generation_id, first.member_id, None,
-                                        "consumer", "range", {})
+    again = now(coordinator.join_group(GROUP, first.member_id, None, True, "classic", "/h",
+                                       10_000, 10_000, "consumer", [("range", subscription)]))
+    error, raw = now(coordinator.sync_group(GROUP, again.generation_id, first.member_id, None,
+                                            "consumer", "range", {}))
     [tp] = ConsumerProtocolAssignment.decode(raw).assigned_partitions
     assert (error, tp.topic, sorted(tp.partitions)) == (
         ErrorCode.NONE, "a", sorted({0, 1, 2} - set(kept)))
-    assert coordinator.sync_group(GROUP, 1, first.member_id, None, None, None, {})[0] == (
+    assert now(coordinator.sync_group(GROUP, 1, first.member_id, None, None, None, {}))[0] == (
         ErrorCode.ILLEGAL_GENERATION)
-    bad = coordinator.join_group(GROUP, "", None, True, "x", "/h", 10_000, 10_000, "consumer",
-                                 [("roundrobin", subscription)])
+    bad = now(coordinator.join_group(GROUP, "", None, True, "x", "/h", 10_000, 10_000,
+                                     "consumer", [("roundrobin", subscription)]))
     assert bad.error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL  # no protocol in common
     assert coordinator.leave_group(GROUP, [(first.member_id, None), ("modern", None)]) == (
         ErrorCode.NONE, [ErrorCode.NONE, ErrorCode.UNKNOWN_MEMBER_ID])

@@ -8,8 +8,7 @@ import contextvars
 
 import pytest
 
-from broker.apis.deferred import answer_later
-from broker.replica.delayed_result import Completion, DelayedResult
+from broker.replica.delayed_result import Completion, DelayedResult, all_of, completed
 from purgatory import ManualClock, Purgatory, Timer
 
 
@@ -140,16 +139,49 @@ async def test_a_failing_continuation_does_not_cost_the_others() -> None:
         loop.set_exception_handler(None)
 
 
-async def test_answer_later_chains_a_completion_synchronously() -> None:
+async def test_then_chains_a_delayed_operation_synchronously() -> None:
     op = Op(1000, value=2)
-    answer = answer_later(op.future, lambda v: v + 1)
-    assert isinstance(answer, Completion)
+    answer = op.future.then(lambda v: v + 1)
+    assert isinstance(answer, Completion) and not answer.done()
     op.force_complete()
     assert answer.result() == 3, "built inside the completion, no loop hop"
-    fut = asyncio.get_running_loop().create_future()
-    later = answer_later(fut, lambda v: v + 1)
-    fut.set_result(1)
-    assert await later == 2
+
+
+async def test_a_completed_answer_is_built_at_once() -> None:
+    now = completed(5)
+    assert now.done() and now.result() == 5
+    built = now.then(lambda v: v * 2)
+    assert built.done() and built.result() == 10
+    broken = now.then(lambda v: v // 0)
+    assert isinstance(broken.exception(), ZeroDivisionError)
+    assert await completed("awaitable") == "awaitable"
+
+
+async def test_exceptionally_answers_a_failure_with_its_value() -> None:
+    failed: Completion[int] = Completion()
+    recovered = failed.exceptionally(-1)
+    failed.set_exception(RuntimeError("log closed"))
+    assert recovered.result() == -1
+    cancelled: Completion[int] = Completion()
+    recovered = cancelled.exceptionally(-1)
+    cancelled.cancel()
+    assert recovered.result() == -1
+    assert completed(4).exceptionally(-1).result() == 4
+
+
+async def test_all_of_waits_for_every_one_in_order() -> None:
+    first: Completion[int] = Completion()
+    second: Completion[int] = Completion()
+    both = all_of([first, completed(1), second])
+    second.set_result(2)
+    assert not both.done()
+    first.set_result(0)
+    assert both.result() == [0, 1, 2]
+    assert all_of([]).result() == []
+    failing: Completion[int] = Completion()
+    either = all_of([completed(1), failing])
+    failing.set_exception(KeyError("k"))
+    assert isinstance(either.exception(), KeyError)
 
 
 async def test_delayed_result_through_the_purgatory_on_completion_and_on_timeout() -> None:

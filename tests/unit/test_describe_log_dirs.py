@@ -53,7 +53,7 @@ def sizes(resp: Any) -> dict[str, dict[tuple[str, int], int]]:
 def produce(c: Components, partition: int, n: int) -> None:
     batch = record_batch([b"x" * 100] * n)
     out = c.replica_manager.append_records([((TOPIC, partition), batch)], 9)
-    assert isinstance(out, dict) and out[(TOPIC, partition)].error == E.NONE
+    assert out.done() and out.result()[(TOPIC, partition)].error == E.NONE
 
 
 async def test_every_dir_and_its_partitions_with_sizes_that_grow(parts: Components,

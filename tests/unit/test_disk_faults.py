@@ -101,8 +101,9 @@ def produce(c: Components, tp: TP, values: list[bytes], *, acks: int = 1) -> Any
 
 def produce_now(c: Components, tp: TP, values: list[bytes]) -> tuple[ErrorCode, int]:
     """(error, base offset) of an acks=1 produce that must be answered at once."""
-    result = produce(c, tp, values)
-    assert isinstance(result, dict), "answered later: it was parked"
+    answer = produce(c, tp, values)
+    assert answer.done(), "answered later: it was parked"
+    result = answer.result()
     return result[tp].error, result[tp].base_offset
 
 
@@ -112,7 +113,9 @@ def fetch(c: Components, tp: TP, offset: int, **kw: int) -> Any:
 
 
 def read_all(c: Components, tp: TP) -> list[tuple[int, bytes | None]]:
-    [result] = fetch(c, tp, 0)
+    answer = fetch(c, tp, 0)
+    assert answer.done(), "a fetch without a wait was parked"
+    [result] = answer.result()
     assert result.error == ErrorCode.NONE, result
     return fetched_values(result.records)
 
@@ -159,7 +162,7 @@ async def test_a_full_disk_on_append_takes_only_its_dir_offline(
         fault.armed = False
     pb = dirs.partition(tp_b)
     assert (pb.log_end_offset, pb.high_watermark) == (2, 2), "offsets moved for a failed batch"
-    [result] = fetch(c, tp_b, 0)
+    [result] = fetch(c, tp_b, 0).result()
     assert (result.error, result.records, result.high_watermark) == (STORAGE, b"", -1)
     assert c.replica_manager.partition_or_error(tp_b) == (None, STORAGE)
     assert c.log_manager.offline_dirs == 1
@@ -227,11 +230,13 @@ async def test_a_failed_read_answers_the_fetch_with_a_storage_error(
     produce_now(c, dirs.tp_a, [b"a"])
     fault = DiskFault(monkeypatch, "pread", dirs.b, err=errno.EIO, suffix=".log")
     try:
-        results = c.replica_manager.fetch_messages(
+        answer = c.replica_manager.fetch_messages(
             [PartitionFetch(dirs.tp_b, 0, MAX_BYTES), PartitionFetch(dirs.tp_a, 0, MAX_BYTES)],
             MAX_BYTES, 1, 0)
     finally:
         fault.armed = False
+    assert answer.done(), "a fetch without a wait was parked"
+    results = answer.result()
     assert [r.error for r in results] == [STORAGE, ErrorCode.NONE]
     assert fetched_values(results[1].records) == [(0, b"a")]
     assert c.log_manager.offline_dirs == 1

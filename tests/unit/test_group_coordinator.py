@@ -10,13 +10,14 @@ timeout. Time moves only through ``clock.advance``; nothing here sleeps.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from broker.group.metadata import GroupState, JoinResult, OffsetAndMetadata
+from broker.group.classic_group import GroupState, JoinResult, OffsetAndMetadata
+from broker.replica.delayed_result import Completion
 from protocol.errors import ErrorCode
 from tests.support.components import Components, build, settle
 
@@ -38,26 +39,32 @@ async def parts(tmp_path: Path) -> AsyncIterator[Components]:
 
 def join(c: Components, member_id: str = "", *, instance: str | None = None,
          client: str = "client", rebalance_ms: int = 300_000, require_known_id: bool = True,
-         group: str = GROUP) -> JoinResult | asyncio.Future[JoinResult]:
+         group: str = GROUP) -> Completion[JoinResult]:
     return c.coordinator.join_group(group, member_id, instance, require_known_id, client,
                                     "127.0.0.1", rebalance_ms, SESSION_MS, "consumer", PROTOCOLS)
 
 
 def join_new(c: Components, client: str, *, rebalance_ms: int = 300_000,
-             require_known_id: bool = True) -> tuple[str, asyncio.Future[JoinResult]]:
+             require_known_id: bool = True) -> tuple[str, Completion[JoinResult]]:
     """A new dynamic member, joining as clients do: from JoinGroup v4 the broker first hands
     out a member id (MEMBER_ID_REQUIRED) and the client joins again with it."""
     first = join(c, client=client, rebalance_ms=rebalance_ms, require_known_id=require_known_id)
     if require_known_id:
-        assert isinstance(first, JoinResult) and first.error == ErrorCode.MEMBER_ID_REQUIRED
-        member_id = first.member_id
+        assert first.done() and first.result().error == ErrorCode.MEMBER_ID_REQUIRED
+        member_id = first.result().member_id
         parked = join(c, member_id, client=client, rebalance_ms=rebalance_ms)
     else:
         parked = first
         [member_id] = [m for m in c.coordinator.groups[GROUP].members
                        if m.startswith(client + "-")]
-    assert isinstance(parked, asyncio.Future), parked
+    assert isinstance(parked, Completion) and not parked.done(), parked
     return member_id, parked
+
+
+def now(answer: Completion[Any]) -> Any:
+    """An answer known at once."""
+    assert answer.done(), "waiting"
+    return answer.result()
 
 
 def sync(c: Components, member_id: str, generation: int,
@@ -161,7 +168,7 @@ async def test_member_with_a_parked_join_outlives_its_session(parts: Components)
     a, b = await stable_pair(parts, rebalance_ms)
     started = parts.clock.time()
     rejoin = join(parts, a, client="a", rebalance_ms=rebalance_ms)  # the leader rejoins
-    assert isinstance(rejoin, asyncio.Future)
+    assert isinstance(rejoin, Completion)
     assert state(parts) == GroupState.PREPARING_REBALANCE
     for _ in range(9):  # to t0+18000, three sessions past A's last heartbeat
         await parts.advance(2000)
@@ -183,7 +190,7 @@ async def test_member_with_a_parked_sync_outlives_its_session(parts: Components)
     await parts.advance(2 * INITIAL_DELAY_MS)
     assert join_a.result().generation_id == join_b.result().generation_id == 1
     waiting = sync(parts, b, 1)
-    assert isinstance(waiting, asyncio.Future)
+    assert isinstance(waiting, Completion)
     for _ in range(7):  # 14 s, over two of B's sessions; the leader heartbeats, never syncs
         await parts.advance(2000)
         assert heartbeat(parts, a, 1) == ErrorCode.NONE
@@ -242,7 +249,7 @@ async def test_silent_member_of_a_stable_group_is_removed_at_its_session_timeout
     assert heartbeat(parts, b, 1) == ErrorCode.REBALANCE_IN_PROGRESS
     assert heartbeat(parts, a, 1) == ErrorCode.UNKNOWN_MEMBER_ID
     rejoin = join(parts, b, client="b")  # the last member to rejoin completes the join
-    assert isinstance(rejoin, asyncio.Future) and rejoin.done()
+    assert isinstance(rejoin, Completion) and rejoin.done()
     result = rejoin.result()
     assert (result.error, result.generation_id, result.leader_id) == (ErrorCode.NONE, 2, b)
 
@@ -253,7 +260,7 @@ async def test_static_member_restart_keeps_its_assignment_without_a_rebalance(
         parts: Components) -> None:
     """KIP-345: the restarted instance takes over its identity; nobody else is disturbed."""
     first = join(parts, instance="instance-1")
-    assert isinstance(first, asyncio.Future)
+    assert isinstance(first, Completion)
     await parts.advance(INITIAL_DELAY_MS)
     old = first.result()
     assert (old.error, old.generation_id) == (ErrorCode.NONE, 1)
@@ -263,7 +270,7 @@ async def test_static_member_restart_keeps_its_assignment_without_a_rebalance(
 
     rejoin = join(parts, instance="instance-1")  # a restart: no member id, same instance
     await settle()
-    assert isinstance(rejoin, asyncio.Future) and rejoin.done()
+    assert isinstance(rejoin, Completion) and rejoin.done()
     new = rejoin.result()
     assert new.error == ErrorCode.NONE
     assert new.member_id != old.member_id
@@ -272,7 +279,7 @@ async def test_static_member_restart_keeps_its_assignment_without_a_rebalance(
     assert (new.leader_id, new.members) == (old.member_id, [])
     assert state(parts) == GroupState.STABLE
     assert parts.coordinator.rebalances[GROUP] == 1
-    assert sync(parts, new.member_id, 1) == (ErrorCode.NONE, b"partitions-of-1")
+    assert now(sync(parts, new.member_id, 1)) == (ErrorCode.NONE, b"partitions-of-1")
     assert heartbeat(parts, new.member_id, 1, "instance-1") == ErrorCode.NONE
     assert heartbeat(parts, old.member_id, 1, "instance-1") == ErrorCode.FENCED_INSTANCE_ID
 
@@ -289,7 +296,7 @@ async def test_offsets_round_trip_and_a_fresh_coordinator_loads_them(tmp_path: P
               ("orders", 1): OffsetAndMetadata(7, -1, "", 1_700_000_000_001)}
         standalone = c.coordinator.commit_offsets(
             "standalone", "", None, -1, {**om, ("no-such-topic", 0): om[("orders", 0)]})
-        assert isinstance(standalone, asyncio.Future)
+        assert isinstance(standalone, Completion)
         await settle()
         assert standalone.result() == {("orders", 0): ErrorCode.NONE,
                                        ("orders", 1): ErrorCode.NONE,
@@ -306,7 +313,7 @@ async def test_offsets_round_trip_and_a_fresh_coordinator_loads_them(tmp_path: P
         assert by_member.result() == {("orders", 1): ErrorCode.NONE}  # type: ignore[union-attr]
         stale = c.coordinator.commit_offsets(
             GROUP, b, None, 0, {("orders", 1): OffsetAndMetadata(1, -1, "", 0)})
-        assert stale == {("orders", 1): ErrorCode.ILLEGAL_GENERATION}
+        assert now(stale) == {("orders", 1): ErrorCode.ILLEGAL_GENERATION}
     finally:
         await c.close()
 

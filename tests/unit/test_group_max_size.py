@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.group.metadata import GroupState, JoinResult
+from broker.group.classic_group import GroupState, JoinResult
 from protocol.errors import ErrorCode
 from tests.support.components import Components, build
 from tests.unit.test_group_coordinator import GROUP, OVERRIDES, join, join_new, stable_pair, state

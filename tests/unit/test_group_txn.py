@@ -11,7 +11,6 @@ the same state from the log's batches and markers; an undecided transaction stay
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,8 +22,9 @@ from kafka.protocol.producer import TxnOffsetCommitRequest
 from kafka.record.memory_records import MemoryRecords
 
 from broker.apis import offset_fetch, txn_offset_commit
-from broker.group.metadata import GroupState, OffsetAndMetadata
+from broker.group.classic_group import GroupState, OffsetAndMetadata
 from broker.group.offsets_store import TOPIC as OFFSETS_TOPIC
+from broker.replica.delayed_result import Completion
 from protocol.errors import ErrorCode
 from protocol.record_batch import iter_batches
 from protocol.registry import APIS
@@ -69,7 +69,7 @@ async def txn_commit(c: Components, offsets: dict[tuple[str, int], OffsetAndMeta
 async def plain_commit(c: Components, offsets: dict[tuple[str, int], OffsetAndMetadata],
                        group: str = GROUP) -> None:
     fut = c.coordinator.commit_offsets(group, "", None, -1, offsets)
-    assert isinstance(fut, asyncio.Future)
+    assert isinstance(fut, Completion)
     await settle()
     assert set(fut.result().values()) == {ErrorCode.NONE}
 
@@ -186,7 +186,7 @@ async def test_a_plain_commit_on_its_way_to_the_log_is_unstable_too(parts: Compo
     log as well: require_stable never answers an offset about to change."""
     await plain_commit(parts, {TP0: om(1)})
     fut = parts.coordinator.commit_offsets(GROUP, "", None, -1, {TP0: om(2)})
-    assert isinstance(fut, asyncio.Future) and not fut.done()
+    assert isinstance(fut, Completion) and not fut.done()
     assert fetch(parts, [TP0], True) == {TP0: ErrorCode.UNSTABLE_OFFSET_COMMIT}
     assert fetch(parts, [TP0], False) == {TP0: om(1)}
     await settle()
@@ -314,10 +314,9 @@ async def test_deleting_the_group_drops_its_pending_offsets(parts: Components) -
     await plain_commit(parts, {TP0: om(1)})
     await txn_commit(parts, {TP0: om(10)})
     deleted = parts.coordinator.delete_groups([GROUP])
-    if isinstance(deleted, asyncio.Future):
+    if not deleted.done():
         await settle()
-        deleted = deleted.result()
-    assert deleted == {GROUP: ErrorCode.NONE}
+    assert deleted.result() == {GROUP: ErrorCode.NONE}
     await end_txn(parts, commit=True)  # the marker finds no group: nothing comes back
     assert fetch(parts, [TP0], True) == {TP0: None}
 
@@ -350,8 +349,9 @@ async def send(c: Components, request: Any, transactions: Any = None
     req = parse(request)
     ctx = dataclasses.replace(c.context, transactions=transactions or FakeTransactions(0))
     out = txn_offset_commit.handle(ctx, req)
-    if isinstance(out, asyncio.Future):
-        await settle()
+    if isinstance(out, Completion):
+        if not out.done():
+            await settle()
         out = out.result()
     resp = wire_roundtrip(req, out)
     return {(t.name, p.partition_index): p.error_code for t in resp.topics for p in t.partitions}
@@ -361,7 +361,7 @@ async def stable_member(c: Components, instance: str | None = None) -> str:
     """A group of one member, Stable in generation 1."""
     joined = c.coordinator.join_group(GROUP, "", instance, False, "client", "127.0.0.1", 30_000,
                                       10_000, "consumer", [("range", b"sub")])
-    assert isinstance(joined, asyncio.Future)
+    assert isinstance(joined, Completion)
     await c.advance(3000)
     member = joined.result().member_id
     synced = c.coordinator.sync_group(GROUP, 1, member, instance, "consumer", "range",

@@ -190,9 +190,8 @@ async def test_exposition_of_an_open_transaction(tmp_path) -> None:
         c.topics.create_topic("orders", 1, {})
         txn = c.transactions
 
-        async def done(result):  # noqa: ANN001, ANN202 - a value now or a future of it
-            return await asyncio.wait_for(asyncio.ensure_future(result), 10) if isinstance(
-                result, asyncio.Future) else result
+        async def done(result):  # noqa: ANN001, ANN202 - a Completion, done now or later
+            return await asyncio.wait_for(asyncio.ensure_future(result), 10)
 
         init = await done(txn.init_producer_id("t1", 60_000))
         pid, epoch = init.producer_id, init.producer_epoch
@@ -202,7 +201,7 @@ async def test_exposition_of_an_open_transaction(tmp_path) -> None:
             builder.append(i, 1_700_000_000_000 + i, None, b"v", [])
         appended = c.replica_manager.append_records(
             [(("orders", 0), bytes(builder.build()))], 9, 1, 1000, transactional_id="t1")
-        assert appended[("orders", 0)].error == ErrorCode.NONE  # type: ignore[index]
+        assert appended.result()[("orders", 0)].error == ErrorCode.NONE
 
         m = BrokerMetrics(node_id=1)
         m.observe(None, c.replica_manager, c.coordinator, c.metadata,  # type: ignore[arg-type]

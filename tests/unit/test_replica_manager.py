@@ -58,16 +58,19 @@ async def wait(fut: asyncio.Future, what: str, seconds: float = 10):
 
 async def test_acks_1_answers_at_once_with_offsets(parts: Components) -> None:
     parts.topics.create_topic(TOPIC, 1, {})
-    first = produce(parts, [b"a", b"b", b"c"])
-    assert isinstance(first, dict), "acks=1 on a partition not gated by fsync must not wait"
+    answer = produce(parts, [b"a", b"b", b"c"])
+    assert answer.done(), "acks=1 on a partition not gated by fsync must not wait"
+    first = answer.result()
     assert first[TP] == ProduceResult(ErrorCode.NONE, 0, 2, -1, 0)
-    second = produce(parts, [b"d"])
-    assert isinstance(second, dict)
+    answer = produce(parts, [b"d"])
+    assert answer.done()
+    second = answer.result()
     assert (second[TP].error, second[TP].base_offset, second[TP].last_offset) == (
         ErrorCode.NONE, 3, 3)
     assert parts.replica_manager.partitions[TP].high_watermark == 4
-    unknown = produce(parts, [b"x"], tp=("nowhere", 0))
-    assert isinstance(unknown, dict)
+    answer = produce(parts, [b"x"], tp=("nowhere", 0))
+    assert answer.done()
+    unknown = answer.result()
     assert unknown[("nowhere", 0)].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 

@@ -46,10 +46,10 @@ def txn_batch(values: list[bytes], seq: int, pid: int = PID, epoch: int = EPOCH)
 
 def produce(c: Components, records: bytes, *, txn_id: str | None = None, acks: int = 1,
             version: int = PRODUCE_VERSION):
-    result = c.replica_manager.append_records([(TP, records)], version, acks, 30_000,
+    answer = c.replica_manager.append_records([(TP, records)], version, acks, 30_000,
                                               transactional_id=txn_id)
-    assert isinstance(result, dict), "acks=1 on an ungated partition answers at once"
-    return result[TP]
+    assert answer.done(), "acks=1 on an ungated partition answers at once"
+    return answer.result()[TP]
 
 
 async def marker(c: Components, commit: bool, pid: int = PID, epoch: int = EPOCH
@@ -72,20 +72,20 @@ async def test_read_committed_stops_at_the_open_transaction_and_lists_aborted_on
     partition = parts.replica_manager.partitions[TP]
     assert (partition.high_watermark, partition.last_stable_offset) == (3, 1)
 
-    [r] = fetch(parts, 0, committed=True)
+    [r] = fetch(parts, 0, committed=True).result()
     assert [v for _, v in fetched_values(r.records)] == [b"plain"]
     assert (r.high_watermark, r.last_stable_offset, r.aborted) == (3, 1, [])
-    [u] = fetch(parts, 0, committed=False)
+    [u] = fetch(parts, 0, committed=False).result()
     assert [v for _, v in fetched_values(u.records)] == [b"plain", b"t1", b"t2"]
     assert u.aborted is None, "read_uncommitted answers a null list, as Kafka does"
 
     assert await marker(parts, commit=False) == {TP: ErrorCode.NONE}          # ABORT at 3
     assert partition.last_stable_offset == partition.high_watermark == 4
     assert parts.replica_manager.markers_written == 1
-    [r] = fetch(parts, 0, committed=True)
+    [r] = fetch(parts, 0, committed=True).result()
     assert [(a.producer_id, a.first_offset) for a in r.aborted] == [(PID, 1)]
     # The consumer drops the aborted records itself; a read past them lists nothing.
-    [after] = fetch(parts, 4, committed=True)
+    [after] = fetch(parts, 4, committed=True).result()
     assert after.records == b"" and after.aborted == []
 
 
@@ -93,7 +93,7 @@ async def test_a_committed_transaction_lists_no_aborted_transactions(
         parts: Components) -> None:
     produce(parts, txn_batch([b"a"], 0))
     assert await marker(parts, commit=True) == {TP: ErrorCode.NONE}
-    [r] = fetch(parts, 0, committed=True)
+    [r] = fetch(parts, 0, committed=True).result()
     assert [v for _, v in fetched_values(r.records)] == [b"a"]
     assert r.aborted == [] and r.last_stable_offset == 2
 
@@ -102,7 +102,7 @@ async def test_a_parked_read_committed_fetch_answers_when_the_marker_moves_the_l
         parts: Components) -> None:
     produce(parts, txn_batch([b"held"], 0))
     parked = fetch(parts, 0, committed=True, max_wait_ms=5000)
-    assert not isinstance(parked, list), "nothing is stable yet: the fetch parks"
+    assert not parked.done(), "nothing is stable yet: the fetch parks"
     produce(parts, txn_batch([b"more"], 1))  # the high watermark moves, the LSO does not
     await settle()
     assert not parked.done(), "data above the LSO must not complete a read_committed fetch"
@@ -168,7 +168,7 @@ async def test_markers_answer_per_partition_and_wait_for_the_fsync_when_gated(
         c.topics.create_topic(TOPIC, 1, {"flush.messages": "1"})
         res = c.replica_manager.append_records([(TP, txn_batch([b"d"], 0))], PRODUCE_VERSION,
                                                -1, 30_000)
-        assert not isinstance(res, dict)
+        assert not res.done()
         await asyncio.wait_for(asyncio.ensure_future(res), 10)
         p = c.replica_manager.partitions[TP]
         fut = c.replica_manager.write_txn_markers(PID, EPOCH, 0, True,

@@ -20,11 +20,7 @@ from typing import Any
 import pytest
 
 from broker.coordinator.records import read_records
-from broker.txn.metadata import (
-    IllegalTransitionError,
-    TransactionMetadata,
-    TransactionState,
-)
+from broker.replica.delayed_result import Completion
 from broker.txn.state_log import (
     TOPIC,
     key_bytes,
@@ -32,6 +28,11 @@ from broker.txn.state_log import (
     read_key,
     read_value,
     value_bytes,
+)
+from broker.txn.transaction_metadata import (
+    IllegalTransitionError,
+    TransactionMetadata,
+    TransactionState,
 )
 from protocol.errors import ErrorCode
 from protocol.record_batch import (
@@ -59,13 +60,19 @@ async def parts(tmp_path: Path) -> AsyncIterator[Components]:
     await c.close()
 
 
-async def result(value: Any) -> Any:
-    """An answer now, or the future's once the loop has run the callbacks of committed writes."""
-    if isinstance(value, asyncio.Future):
+async def result(value: Completion[Any]) -> Any:
+    """An answer now, or the Completion's once the loop has run the callbacks of committed
+    writes."""
+    if not value.done():
         await settle()
         assert value.done(), "still waiting"
-        return value.result()
-    return value
+    return value.result()
+
+
+def now(value: Completion[Any]) -> Any:
+    """An answer known at once."""
+    assert value.done(), "waiting"
+    return value.result()
 
 
 def state_records(c: Components, tid: str = TID) -> list[TransactionMetadata | None]:
@@ -179,12 +186,12 @@ async def test_init_refuses_bad_ids_and_timeouts(parts: Components) -> None:
 async def test_concurrent_transactions_while_a_write_is_in_flight(parts: Components) -> None:
     _, pid, epoch = await init(parts)
     pending = parts.transactions.add_partitions(TID, pid, epoch, [(DATA, 0)])
-    assert isinstance(pending, asyncio.Future) and not pending.done()
+    assert isinstance(pending, Completion) and not pending.done()
     assert md(parts).pending_state == S.ONGOING and md(parts).state == S.EMPTY
-    assert parts.transactions.add_partitions(TID, pid, epoch, [(DATA, 1)]) == \
+    assert now(parts.transactions.add_partitions(TID, pid, epoch, [(DATA, 1)])) == \
         E.CONCURRENT_TRANSACTIONS
     assert (await init(parts))[0] == E.CONCURRENT_TRANSACTIONS
-    assert parts.transactions.end_txn(TID, pid, epoch, True) == E.CONCURRENT_TRANSACTIONS
+    assert now(parts.transactions.end_txn(TID, pid, epoch, True)) == E.CONCURRENT_TRANSACTIONS
     assert await result(pending) == E.NONE
     assert md(parts).state == S.ONGOING and md(parts).pending_state is None
 
@@ -244,7 +251,7 @@ async def test_commit_writes_prepare_markers_then_complete(parts: Components) ->
                                   sorted([(DATA, 0), (DATA, 1), offsets_tp]), start)
     assert parts.transactions.verify_partition(TID, pid, epoch, (DATA, 1)) == E.NONE
     fut = parts.transactions.end_txn(TID, pid, epoch, True)
-    assert isinstance(fut, asyncio.Future)
+    assert isinstance(fut, Completion)
     assert await result(fut) == E.NONE
     await settle()
     assert md(parts).state == S.COMPLETE_COMMIT and not md(parts).topic_partitions
@@ -274,7 +281,7 @@ async def test_end_txn_errors(parts: Components) -> None:
     assert await end(parts, pid, epoch + 1, True) == E.PRODUCER_FENCED
     fut = parts.transactions.end_txn(TID, pid, epoch, False)
     # while PrepareAbort is written, and while its markers are: a retry waits
-    assert parts.transactions.end_txn(TID, pid, epoch, False) == E.CONCURRENT_TRANSACTIONS
+    assert now(parts.transactions.end_txn(TID, pid, epoch, False)) == E.CONCURRENT_TRANSACTIONS
     assert await result(fut) == E.NONE
     await settle()
     assert md(parts).state == S.COMPLETE_ABORT

@@ -14,10 +14,10 @@ OffsetFetch with require_stable answer UNSTABLE_OFFSET_COMMIT (KIP-447).
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from enum import Enum
 
+from broker.replica.delayed_result import Completion
 from purgatory import WallClock
 
 
@@ -70,19 +70,16 @@ class MemberMetadata:
     protocol_type: str
     protocols: list[tuple[str, bytes]]
     assignment: bytes = b""
-    awaiting_join: asyncio.Future[JoinResult] | None = None
-    awaiting_sync: asyncio.Future[tuple[int, bytes]] | None = None
-    heartbeat_satisfied: bool = False
+    awaiting_join: Completion[JoinResult] | None = None
+    awaiting_sync: Completion[tuple[int, bytes]] | None = None
     is_new: bool = True
 
     def has_satisfied_heartbeat(self) -> bool:
         """Kafka's rule: awaiting a JoinGroup or SyncGroup answer keeps a member alive, except
         a new member's first join, which its own join timeout bounds."""
         if self.is_new:
-            return self.heartbeat_satisfied
-        if self.awaiting_join is not None or self.awaiting_sync is not None:
-            return True
-        return self.heartbeat_satisfied
+            return False
+        return self.awaiting_join is not None or self.awaiting_sync is not None
 
     def metadata_for(self, protocol: str) -> bytes:
         for name, meta in self.protocols:
