@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 24  # AddPartitionsToTxn
+VERSIONS = range(0, 6)
+
 TopicResult = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
 PartitionResult = TopicResult.AddPartitionsToTxnPartitionResult
 TxnResult = AddPartitionsToTxnResponse.AddPartitionsToTxnResult

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 65  # DescribeTransactions
+VERSIONS = range(0, 1)
+
 State = DescribeTransactionsResponse.TransactionState
 Topic = State.TopicData
 

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 10  # FindCoordinator
+VERSIONS = range(0, 6)
+
 GROUP = 0
 TRANSACTION = 1
 

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from broker.network.request import Request
     from broker.txn import InitProducerIdResult
 
+API_KEY = 22  # InitProducerId
+VERSIONS = range(0, 6)
+
 _MAX_EPOCH = 32767
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 66  # ListTransactions
+VERSIONS = range(0, 2)
+
 State = ListTransactionsResponse.TransactionState
 
 

@@ -35,6 +35,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 28  # TxnOffsetCommit
+VERSIONS = range(0, 5)
+
 Topic = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
 Partition = Topic.TxnOffsetCommitResponsePartition
 TopicPartition = tuple[str, int]
