@@ -88,8 +88,6 @@ def _one(ctx: ApiContext, request: Request, version: int, tid: str, pid: int, ep
             failed[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     if failed:
         return {tp: failed.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in tps}
-    if ctx.transactions is None:
-        return {tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in tps}
     if verify_only:
         return ctx.transactions.verify_partitions(tid, pid, epoch, tps)
 

@@ -36,9 +36,6 @@ def handle(ctx: ApiContext, request: Request) -> DescribeTransactionsResponse:
             states.append(_state(tid, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "", 0, 0,
                                  0, 0, {}))
             continue
-        if ctx.transactions is None:
-            states.append(_state(tid, ErrorCode.COORDINATOR_NOT_AVAILABLE, "", 0, 0, 0, 0, {}))
-            continue
         d = ctx.transactions.describe(tid)
         topics: dict[str, list[int]] = {}
         for topic, index in d.partitions:

@@ -32,8 +32,6 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     if not allowed(ctx, request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
                    req.transactional_id):
         return _answer(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    if ctx.transactions is None:
-        return _answer(ErrorCode.COORDINATOR_NOT_AVAILABLE)
 
     def build(error: ErrorCode) -> EndTxnResponse:
         if error == ErrorCode.PRODUCER_FENCED and request.version < 2:

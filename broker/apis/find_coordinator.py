@@ -72,7 +72,5 @@ def _coordinator(ctx: ApiContext, request: Request, key_type: int, key: str
         return ErrorCode.NONE, None
     if key_type != TRANSACTION:
         return ErrorCode.INVALID_REQUEST, f"unknown coordinator type {key_type}"
-    if ctx.transactions is None:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "no transaction coordinator"
     ctx.transactions.ensure_topic()
     return ErrorCode.NONE, None
