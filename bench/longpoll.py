@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-longpoll-") as tmp:
         for name, overrides in CONFIGS.items():
-            broker = BrokerProcess(Path(tmp) / name, overrides).start()
+            broker = BrokerProcess(Path(tmp) / name, overrides).start(timeout=120)
             try:
                 after_ack, after_send = parked(broker.port, broker.bootstrap, args.rounds)
                 rows.append({"config": name, "rounds": args.rounds,
