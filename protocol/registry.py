@@ -1,7 +1,9 @@
-"""The API registry: the one place that says which APIs and versions the broker serves.
+"""The API registry: each API's codecs, and the versions they decode.
 
-ApiVersions answers from this table, the connection refuses what is not in it, and each API
-module is looked up here by key. Codecs are kafka-python's classes generated from Kafka's own
+What is served is declared by each API module at its top (broker/apis/<api>.py: API_KEY,
+VERSIONS); this table keeps the same ranges for the layers below the APIs (the connection and
+SASL refuse what is not in it, ApiVersions answers from it), and broker.apis refuses to import
+when the two disagree. Codecs are kafka-python's classes generated from Kafka's own
 JSON message specs, so request and response layouts are exactly Kafka's; the few APIs the
 pinned kafka-python lacks are built the same way from spec files in protocol/messages. Produce,
 on every request's path, has a hand-written decoder (protocol/produce_codec.py).

@@ -1,104 +1,69 @@
-"""One module per API, dispatched by API key; each reads top to bottom: validate, act, answer."""
+"""One module per API, dispatched by API key; each reads top to bottom: validate, act, answer.
 
-from broker.apis import (
-    add_offsets_to_txn,
-    add_partitions_to_txn,
-    alter_configs,
-    alter_user_scram_credentials,
-    api_versions,
-    consumer_group_describe,
-    consumer_group_heartbeat,
-    create_acls,
-    create_partitions,
-    create_topics,
-    delete_acls,
-    delete_groups,
-    delete_records,
-    delete_topics,
-    describe_acls,
-    describe_cluster,
-    describe_configs,
-    describe_groups,
-    describe_log_dirs,
-    describe_producers,
-    describe_topic_partitions,
-    describe_transactions,
-    describe_user_scram_credentials,
-    end_txn,
-    fetch,
-    find_coordinator,
-    get_telemetry_subscriptions,
-    heartbeat,
-    incremental_alter_configs,
-    init_producer_id,
-    join_group,
-    leave_group,
-    list_groups,
-    list_offsets,
-    list_transactions,
-    metadata,
-    offset_commit,
-    offset_delete,
-    offset_fetch,
-    offset_for_leader_epoch,
-    produce,
-    push_telemetry,
-    sasl_authenticate,
-    sasl_handshake,
-    sync_group,
-    txn_offset_commit,
-    write_txn_markers,
-)
+Each API module declares what it serves at its top: ``API_KEY``, ``VERSIONS`` (the range of
+request versions it handles) and, where ApiVersions advertises a wider range than is handled,
+``ADVERTISED_VERSIONS``. The package finds them itself, so adding an API is its module here and
+its codec in protocol/registry.py. The codec registry keeps the same ranges for the layers below
+this one (the connection and SASL refuse a version before any handler runs); the two are checked
+to agree when this package is imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
 from protocol.registry import APIS
 
-HANDLERS = {
-    0: produce.handle,
-    1: fetch.handle,
-    2: list_offsets.handle,
-    8: offset_commit.handle,
-    9: offset_fetch.handle,
-    10: find_coordinator.handle,
-    11: join_group.handle,
-    12: heartbeat.handle,
-    13: leave_group.handle,
-    14: sync_group.handle,
-    15: describe_groups.handle,
-    16: list_groups.handle,
-    3: metadata.handle,
-    18: api_versions.handle,
-    19: create_topics.handle,
-    20: delete_topics.handle,
-    21: delete_records.handle,
-    22: init_producer_id.handle,
-    23: offset_for_leader_epoch.handle,
-    24: add_partitions_to_txn.handle,
-    25: add_offsets_to_txn.handle,
-    26: end_txn.handle,
-    27: write_txn_markers.handle,
-    28: txn_offset_commit.handle,
-    32: describe_configs.handle,
-    33: alter_configs.handle,
-    35: describe_log_dirs.handle,
-    37: create_partitions.handle,
-    42: delete_groups.handle,
-    44: incremental_alter_configs.handle,
-    47: offset_delete.handle,
-    60: describe_cluster.handle,
-    61: describe_producers.handle,
-    65: describe_transactions.handle,
-    66: list_transactions.handle,
-    75: describe_topic_partitions.handle,
-    29: describe_acls.handle,
-    30: create_acls.handle,
-    31: delete_acls.handle,
-    17: sasl_handshake.handle,
-    36: sasl_authenticate.handle,
-    50: describe_user_scram_credentials.handle,
-    51: alter_user_scram_credentials.handle,
-    71: get_telemetry_subscriptions.handle,
-    72: push_telemetry.handle,
-    68: consumer_group_heartbeat.handle,
-    69: consumer_group_describe.handle,
-}
 
-assert set(HANDLERS) == set(APIS), "every served API needs a handler"
+@dataclass(frozen=True, slots=True)
+class ServedApi:
+    """What one API module declares: its key, the versions handled and those advertised."""
+
+    key: int
+    versions: range
+    advertised: range
+    module: ModuleType
+
+
+def _declared() -> dict[int, ServedApi]:
+    """Every module of this package that declares an ``API_KEY``, by key."""
+    served: dict[int, ServedApi] = {}
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        key = getattr(module, "API_KEY", None)
+        if key is None:
+            continue  # a helper module (context, authorize, deferred)
+        if key in served:
+            raise ImportError(f"API key {key} declared by both {served[key].module.__name__} "
+                              f"and {module.__name__}")
+        versions: range = module.VERSIONS
+        served[key] = ServedApi(key, versions, getattr(module, "ADVERTISED_VERSIONS", versions),
+                                module)
+    return dict(sorted(served.items()))
+
+
+def disagreements(served: dict[int, ServedApi]) -> list[str]:
+    """Where the API modules' declarations and the codec registry differ (empty when they
+    agree): a key on one side only, or a different handled or advertised range."""
+    out = [f"API key {k} has a codec but no API module" for k in sorted(set(APIS) - set(served))]
+    out += [f"API key {k} has an API module but no codec" for k in sorted(set(served) - set(APIS))]
+    for key in sorted(set(served) & set(APIS)):
+        api, spec = served[key], APIS[key]
+        codec = (range(spec.min_version, spec.max_version + 1),
+                 range(spec.advertised_min, spec.max_version + 1))
+        if (api.versions, api.advertised) != codec:
+            out.append(f"{api.module.__name__} serves {api.versions} advertising {api.advertised}"
+                       f", the codec registry {codec[0]} advertising {codec[1]}")
+    return out
+
+
+SERVED: dict[int, ServedApi] = _declared()
+HANDLERS: dict[int, Callable[..., Any]] = {k: api.module.handle for k, api in SERVED.items()}
+
+if _problems := disagreements(SERVED):
+    raise ImportError("broker.apis and protocol/registry.py disagree: " + "; ".join(_problems))

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 25  # AddOffsetsToTxn
+VERSIONS = range(0, 5)
+
 
 def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     req = request.body
@@ -26,8 +29,6 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
         return _answer(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if not allowed(ctx, request, AclOperation.READ, ResourceType.GROUP, req.group_id):
         return _answer(ErrorCode.GROUP_AUTHORIZATION_FAILED)
-    if ctx.transactions is None:
-        return _answer(ErrorCode.COORDINATOR_NOT_AVAILABLE)
 
     def build(error: ErrorCode) -> AddOffsetsToTxnResponse:
         if error == ErrorCode.PRODUCER_FENCED and request.version < 2:

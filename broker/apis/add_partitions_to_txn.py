@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 24  # AddPartitionsToTxn
+VERSIONS = range(0, 6)
+
 TopicResult = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
 PartitionResult = TopicResult.AddPartitionsToTxnPartitionResult
 TxnResult = AddPartitionsToTxnResponse.AddPartitionsToTxnResult
@@ -73,8 +76,6 @@ def _one(ctx: ApiContext, request: Request, version: int, tid: str, pid: int, ep
             failed[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     if failed:
         return completed({tp: failed.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in tps})
-    if ctx.transactions is None:
-        return completed({tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in tps})
     if verify_only:
         return completed(ctx.transactions.verify_partitions(tid, pid, epoch, tps))
 

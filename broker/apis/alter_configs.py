@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 33  # AlterConfigs
+VERSIONS = range(0, 3)
+
 TOPIC, BROKER = 2, 4
 
 

@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 51  # AlterUserScramCredentials
+VERSIONS = range(0, 1)
+
 Result = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
 CLUSTER_NAME = "kafka-cluster"
 

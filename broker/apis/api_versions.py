@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 18  # ApiVersions
+VERSIONS = range(0, 5)
+
 CONSUMER_GROUP_KEYS = frozenset((ConsumerGroupHeartbeatRequest.API_KEY,
                                  ConsumerGroupDescribeRequest.API_KEY))
 _KEYS = [

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from broker.group.consumer_group import ConsumerGroup, ConsumerGroupMember, Partitions
     from broker.network.request import Request
 
+API_KEY = 69  # ConsumerGroupDescribe
+VERSIONS = range(0, 1)
+
 Described = ConsumerGroupDescribeResponse.DescribedGroup
 Member = Described.Member
 Assignment = Member.Assignment

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from broker.group.consumer_group import Partitions
     from broker.network.request import Request
 
+API_KEY = 68  # ConsumerGroupHeartbeat
+VERSIONS = range(0, 2)
+
 Response = ConsumerGroupHeartbeatResponse
 Assignment = Response.Assignment
 

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 30  # CreateAcls
+VERSIONS = range(0, 4)
+
 Result = CreateAclsResponse.AclCreationResult
 
 

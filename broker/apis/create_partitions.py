@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 37  # CreatePartitions
+VERSIONS = range(0, 4)
+
 Result = CreatePartitionsResponse.CreatePartitionsTopicResult
 
 

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 19  # CreateTopics
+VERSIONS = range(2, 8)
+
 Result = CreateTopicsResponse.CreatableTopicResult
 ConfigResult = Result.CreatableTopicConfigs
 

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 31  # DeleteAcls
+VERSIONS = range(0, 4)
+
 FilterResult = DeleteAclsResponse.DeleteAclsFilterResult
 MatchingAcl = FilterResult.DeleteAclsMatchingAcl
 

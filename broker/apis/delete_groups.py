@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 42  # DeleteGroups
+VERSIONS = range(0, 3)
+
 
 def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     names = list(request.body.groups_names)

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 21  # DeleteRecords
+VERSIONS = range(0, 3)
+
 TopicResult = DeleteRecordsResponse.DeleteRecordsTopicResult
 PartitionResult = TopicResult.DeleteRecordsPartitionResult
 

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 20  # DeleteTopics
+VERSIONS = range(1, 7)
+
 Result = DeleteTopicsResponse.DeletableTopicResult
 DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 60  # DescribeCluster
+VERSIONS = range(0, 2)
+
 
 def handle(ctx: ApiContext, request: Request) -> DescribeClusterResponse:
     host, port = ctx.node.address(request.connection.session.listener)

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 15  # DescribeGroups
+VERSIONS = range(0, 6)
+
 Described = DescribeGroupsResponse.DescribedGroup
 Member = Described.DescribedGroupMember
 

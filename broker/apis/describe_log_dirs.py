@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 35  # DescribeLogDirs
+VERSIONS = range(1, 5)
+
 log = structlog.get_logger("broker.apis")
 
 Result = DescribeLogDirsResponse.DescribeLogDirsResult

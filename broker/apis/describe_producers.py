@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 61  # DescribeProducers
+VERSIONS = range(0, 1)
+
 TopicResponse = DescribeProducersResponse.TopicResponse
 PartitionResponse = TopicResponse.PartitionResponse
 ProducerState = PartitionResponse.ProducerState

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 75  # DescribeTopicPartitions
+VERSIONS = range(0, 1)
+
 log = structlog.get_logger("broker.apis")
 
 Topic = DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic

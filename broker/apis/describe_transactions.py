@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 65  # DescribeTransactions
+VERSIONS = range(0, 1)
+
 State = DescribeTransactionsResponse.TransactionState
 Topic = State.TopicData
 
@@ -32,9 +35,6 @@ def handle(ctx: ApiContext, request: Request) -> DescribeTransactionsResponse:
                               ResourceType.TRANSACTIONAL_ID, tid):
             states.append(_state(tid, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "", 0, 0,
                                  0, 0, {}))
-            continue
-        if ctx.transactions is None:
-            states.append(_state(tid, ErrorCode.COORDINATOR_NOT_AVAILABLE, "", 0, 0, 0, 0, {}))
             continue
         d = ctx.transactions.describe(tid)
         topics: dict[str, list[int]] = {}

@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 50  # DescribeUserScramCredentials
+VERSIONS = range(0, 1)
+
 Result = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
 Info = Result.CredentialInfo
 CLUSTER_NAME = "kafka-cluster"

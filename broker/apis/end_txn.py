@@ -21,14 +21,15 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 26  # EndTxn
+VERSIONS = range(0, 5)
+
 
 def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     req = request.body
     if not allowed(ctx, request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
                    req.transactional_id):
         return _answer(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    if ctx.transactions is None:
-        return _answer(ErrorCode.COORDINATOR_NOT_AVAILABLE)
 
     def build(error: ErrorCode) -> EndTxnResponse:
         if error == ErrorCode.PRODUCER_FENCED and request.version < 2:

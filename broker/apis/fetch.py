@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 1  # Fetch
+VERSIONS = range(4, 17)
+
 ZSTD_FETCH_VERSION = 10  # the first Fetch version whose clients can read zstd
 
 

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 10  # FindCoordinator
+VERSIONS = range(0, 6)
+
 GROUP = 0
 TRANSACTION = 1
 
@@ -70,7 +73,5 @@ def _coordinator(ctx: ApiContext, request: Request, key_type: int, key: str
         return ErrorCode.NONE, None
     if key_type != TRANSACTION:
         return ErrorCode.INVALID_REQUEST, f"unknown coordinator type {key_type}"
-    if ctx.transactions is None:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "no transaction coordinator"
     ctx.transactions.ensure_topic()
     return ErrorCode.NONE, None

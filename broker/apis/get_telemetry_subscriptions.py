@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 71  # GetTelemetrySubscriptions
+VERSIONS = range(0, 1)
+
 ZERO_UUID = uuid.UUID(int=0)
 
 

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 12  # Heartbeat
+VERSIONS = range(0, 5)
+
 
 def handle(ctx: ApiContext, request: Request) -> HeartbeatResponse:
     req = request.body

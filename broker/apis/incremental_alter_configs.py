@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 44  # IncrementalAlterConfigs
+VERSIONS = range(0, 2)
+
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 GROUP = 32
 _OP_NAMES = {APPEND: "APPEND", SUBTRACT: "SUBTRACT"}

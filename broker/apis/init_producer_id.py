@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from broker.network.request import Request
     from broker.txn import InitProducerIdResult
 
+API_KEY = 22  # InitProducerId
+VERSIONS = range(0, 6)
+
 _MAX_EPOCH = 32767
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -43,8 +46,6 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
         if pid >= 0 and 0 <= epoch < _MAX_EPOCH - 1:
             return _answer(ErrorCode.NONE, pid, epoch + 1)
         return _answer(ErrorCode.NONE, ctx.producer_ids.generate(), 0)
-    if ctx.transactions is None:
-        return _answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
     if (pid == NO_PRODUCER_ID) != (epoch == NO_PRODUCER_EPOCH):
         return _answer(ErrorCode.INVALID_REQUEST, NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
     expected = (pid, epoch) if pid != NO_PRODUCER_ID else None

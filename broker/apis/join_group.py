@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 11  # JoinGroup
+VERSIONS = range(0, 10)
+
 Member = JoinGroupResponse.JoinGroupResponseMember
 
 

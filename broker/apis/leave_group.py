@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 13  # LeaveGroup
+VERSIONS = range(0, 6)
+
 
 def handle(ctx: ApiContext, request: Request) -> LeaveGroupResponse:
     req = request.body

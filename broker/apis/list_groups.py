@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 16  # ListGroups
+VERSIONS = range(0, 6)
+
 
 def handle(ctx: ApiContext, request: Request) -> ListGroupsResponse:
     req = request.body

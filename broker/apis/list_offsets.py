@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from broker.network.request import Request
     from broker.replica.partition import Partition
 
+API_KEY = 2  # ListOffsets
+VERSIONS = range(1, 9)
+
 TopicResponse = ListOffsetsResponse.ListOffsetsTopicResponse
 PartitionResponse = TopicResponse.ListOffsetsPartitionResponse
 

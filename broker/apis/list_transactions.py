@@ -11,21 +11,19 @@ from kafka.protocol.admin import ListTransactionsResponse
 
 from broker.apis.authorize import allowed
 from broker.security.acl import AclOperation, ResourceType
-from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
+
+API_KEY = 66  # ListTransactions
+VERSIONS = range(0, 2)
 
 State = ListTransactionsResponse.TransactionState
 
 
 def handle(ctx: ApiContext, request: Request) -> ListTransactionsResponse:
     req = request.body
-    if ctx.transactions is None:
-        return ListTransactionsResponse(throttle_time_ms=0,
-                                        error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                        unknown_state_filters=[], transaction_states=[])
     result = ctx.transactions.list_transactions(
         req.producer_id_filters, req.state_filters, getattr(req, "duration_filter", -1))
     listed = result.transactions

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 3  # Metadata
+VERSIONS = range(0, 13)
+
 Topic = MetadataResponse.MetadataResponseTopic
 PartitionMeta = Topic.MetadataResponsePartition
 DESCRIBE, TOPIC = AclOperation.DESCRIBE, ResourceType.TOPIC

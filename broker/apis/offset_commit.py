@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 8  # OffsetCommit
+VERSIONS = range(2, 10)
+
 Topic = OffsetCommitResponse.OffsetCommitResponseTopic
 Partition = Topic.OffsetCommitResponsePartition
 TopicPartition = tuple[str, int]

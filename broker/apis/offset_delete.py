@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 47  # OffsetDelete
+VERSIONS = range(0, 1)
+
 Topic = OffsetDeleteResponse.OffsetDeleteResponseTopic
 Partition = Topic.OffsetDeleteResponsePartition
 Result = tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]

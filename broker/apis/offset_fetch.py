@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from broker.group.classic_group import OffsetAndMetadata
     from broker.network.request import Request
 
+API_KEY = 9  # OffsetFetch
+VERSIONS = range(1, 10)
+
 OldTopic = OffsetFetchResponse.OffsetFetchResponseTopic
 OldPartition = OldTopic.OffsetFetchResponsePartition
 Group = OffsetFetchResponse.OffsetFetchResponseGroup

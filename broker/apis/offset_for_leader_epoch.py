@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 23  # OffsetForLeaderEpoch
+VERSIONS = range(2, 5)
+
 TopicResult = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
 EpochEndOffset = TopicResult.EpochEndOffset
 

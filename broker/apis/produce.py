@@ -27,6 +27,12 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 0  # Produce
+VERSIONS = range(3, 12)
+# Advertised from v0 as Kafka 4 does (librdkafka before 2.x otherwise refuses to compress);
+# v0-v2 requests are still refused.
+ADVERTISED_VERSIONS = range(0, 12)
+
 TopicResponse = ProduceResponse.TopicProduceResponse
 PartitionResponse = TopicResponse.PartitionProduceResponse
 RecordError = PartitionResponse.BatchIndexAndErrorMessage

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 72  # PushTelemetry
+VERSIONS = range(0, 1)
+
 
 def handle(ctx: ApiContext, request: Request) -> PushTelemetryResponse:
     req = request.body

@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 36  # SaslAuthenticate
+VERSIONS = range(0, 3)
+
 _AFTER_AUTHENTICATION = "SaslAuthenticate request received after successful authentication"
 
 

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 17  # SaslHandshake
+VERSIONS = range(0, 2)
+
 
 def handle(ctx: ApiContext, request: Request) -> SaslHandshakeResponse:
     auth = request.connection.auth

@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 28  # TxnOffsetCommit
+VERSIONS = range(0, 5)
+
 Topic = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
 Partition = Topic.TxnOffsetCommitResponsePartition
 TopicPartition = tuple[str, int]
@@ -75,7 +78,7 @@ def _verify(ctx: ApiContext, transactional_id: str, producer_id: int, producer_e
             ) -> dict[TopicPartition, ErrorCode] | None:
     """The KIP-890 check, as Kafka's handleTxnCommitOffsets makes it: after the unknown
     partitions are answered and the group id is judged, before the group is. None: go on."""
-    if ctx.transactions is None or not group_id:
+    if not group_id:
         return None
     partitions = ctx.replica_manager.partitions
     known = [tp for tp in offsets if tp in partitions]

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
 
+API_KEY = 27  # WriteTxnMarkers
+VERSIONS = range(0, 2)
+
 logger = structlog.get_logger("broker.txn")
 
 MarkerResult = WriteTxnMarkersResponse.WritableTxnMarkerResult

@@ -3,11 +3,15 @@ manual replica assignments, and authorized operations when no authorizer is conf
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AclOperation, AdminClient, NewTopic
 from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 
+from broker.testing import EmbeddedBroker
 from tests.support.clients import create_topic
 from tests.support.wire import Wire
 
@@ -20,13 +24,20 @@ CLUSTER_OPS = {AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DE
 GROUP_OPS = {AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE}
 
 
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
+    """A broker of its own in this process: nothing here needs a process boundary."""
+    with EmbeddedBroker(tmp_path) as embedded:
+        yield embedded
+
+
 def admin(broker) -> AdminClient:
-    return AdminClient({"bootstrap.servers": broker.bootstrap})
+    return AdminClient({"bootstrap.servers": broker.bootstrap_servers})
 
 
 def commit_for_group(broker, group: str, topic: str) -> None:
     """A group that exists only through its committed offsets (assign and commit)."""
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+    c = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group,
                   "enable.auto.commit": False})
     try:
         c.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
@@ -74,7 +85,7 @@ def test_manual_assignment_with_a_partition_count_is_an_invalid_request(broker):
 
 
 def test_authorized_operations_without_an_authorizer_are_every_supported_one(broker):
-    create_topic(broker.bootstrap, "ops")
+    create_topic(broker.bootstrap_servers, "ops")
     client = admin(broker)
     cluster = client.describe_cluster(include_authorized_operations=True).result(timeout=10)
     assert set(cluster.authorized_operations) == CLUSTER_OPS
@@ -88,7 +99,7 @@ def test_authorized_operations_without_an_authorizer_are_every_supported_one(bro
 
 
 def test_authorized_operations_are_absent_unless_asked(broker):
-    create_topic(broker.bootstrap, "quiet")
+    create_topic(broker.bootstrap_servers, "quiet")
     client = admin(broker)
     cluster = client.describe_cluster().result(timeout=10)
     assert not cluster.authorized_operations

@@ -3,10 +3,9 @@ in someone else's process (an embedded one, in a user's tests) leaves their coll
 
 from __future__ import annotations
 
-import asyncio
 import gc
 
-from broker.config import BrokerConfig
+from broker.testing import EmbeddedBroker
 from tests.support.broker import BrokerProcess
 
 
@@ -37,17 +36,8 @@ def test_cli_default_policy_leaves_cpython_as_is(tmp_path):
 
 
 def test_a_broker_in_this_process_does_not_touch_its_collector(tmp_path):
-    from broker.server import Broker
-
     before = (gc.get_threshold(), gc.get_freeze_count(), gc.isenabled())
-    cfg = BrokerConfig.from_properties(None, [
-        "listeners=PLAINTEXT://127.0.0.1:0", f"log.dirs={tmp_path / 'logs'}",
-        "metrics.listener=", "minibroker.gc.policy=tuned"])
-
-    async def run() -> None:
-        broker = Broker(cfg)
-        await broker.start()
-        await broker.stop()
-
-    asyncio.run(run())
+    with EmbeddedBroker(tmp_path, **{"minibroker.gc.policy": "tuned"}) as broker:
+        assert broker.running
+        assert (gc.get_threshold(), gc.get_freeze_count(), gc.isenabled()) == before
     assert (gc.get_threshold(), gc.get_freeze_count(), gc.isenabled()) == before

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,9 +96,9 @@ def produce_until_refused(bootstrap: str, partition: int) -> tuple[list[tuple[in
     for i in range(4 * (ROOM // VALUE_SIZE) + 16):  # the room fills well before this
         producer.produce(TOPIC, value=value(i), partition=partition,
                          on_delivery=lambda err, msg: reports.append((err, msg)))
-        started = time.monotonic()
+        # Bounded by message.timeout.ms: a batch the broker never answers ends in a local
+        # timeout error, which the caller's KAFKA_STORAGE_ERROR check refuses.
         assert producer.flush(15) == 0, "the produce was neither acknowledged nor refused"
-        assert time.monotonic() - started < 12
         [(err, msg)] = reports
         reports.clear()
         if err is not None:

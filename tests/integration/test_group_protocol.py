@@ -7,8 +7,6 @@ on demand: MEMBER_ID_REQUIRED, stale generations, session expiry, static-member 
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from kafka.protocol.admin import (
     DeleteGroupsRequest,
@@ -33,7 +31,9 @@ from kafka.protocol.consumer import (
     SyncGroupResponse,
 )
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
+from structlog.testing import capture_logs
 
+from broker.testing import EmbeddedBroker
 from tests.support.clients import create_topic
 from tests.support.wire import Wire
 
@@ -149,18 +149,25 @@ def test_second_member_triggers_rebalance_and_both_join_next_generation(gbroker)
     assert describe(a, "pair").group_state == "Stable"
 
 
-def test_session_expiry_removes_the_member(gbroker):
-    wire = Wire(gbroker.port)
-    joined = join_two_steps(wire, "expiring", session_ms=600)
-    me = joined.member_id
-    wire.request(sync("expiring", 1, me, {me: b"x"}), SyncGroupResponse)
-    started = time.monotonic()
-    while describe(wire, "expiring").group_state != "Empty":
-        assert time.monotonic() - started < 5, "the session never expired"
-        time.sleep(0.05)
-    assert time.monotonic() - started >= 0.5  # not before its session timeout
-    assert heartbeat(wire, "expiring", 1, me) == UNKNOWN_MEMBER_ID
-    assert "session timed out" in gbroker.log_text()
+def test_session_expiry_removes_the_member(tmp_path):
+    """On the manual clock: the member stays to the last millisecond of its session timeout
+    and is gone one millisecond after it."""
+    with EmbeddedBroker(tmp_path, clock="manual", **OVERRIDES) as broker, \
+            capture_logs() as logs:
+        wire = Wire(broker.port)
+        try:
+            joined = join_two_steps(wire, "expiring", session_ms=600)
+            me = joined.member_id
+            wire.request(sync("expiring", 1, me, {me: b"x"}), SyncGroupResponse)
+            broker.advance(599)
+            assert describe(wire, "expiring").group_state == "Stable"  # not before its timeout
+            broker.advance(2)
+            assert describe(wire, "expiring").group_state == "Empty"
+            assert heartbeat(wire, "expiring", 1, me) == UNKNOWN_MEMBER_ID
+        finally:
+            wire.close()
+    assert [e for e in logs if e["event"] == "member removed"
+            and e.get("reason") == "session timed out"], logs
 
 
 def test_session_timeout_bounds(gbroker):

@@ -18,12 +18,15 @@ MAX_DELAY_MS = 2_000
 
 
 class CountingClock:
-    """LoopClock that counts the callbacks the timer schedules and the ones that run."""
+    """LoopClock that counts the callbacks the timer schedules and the ones that run, and
+    keeps the clock's time as each one ran (``ran_at``; ``running`` is the one running)."""
 
     def __init__(self, inner: LoopClock) -> None:
         self.inner = inner
         self.scheduled = 0
         self.fired = 0
+        self.ran_at: list[float] = []
+        self.running: int | None = None  # its index in ran_at
 
     def time(self) -> float:
         return self.inner.time()
@@ -33,19 +36,27 @@ class CountingClock:
 
         def counted(*a: Any) -> None:
             self.fired += 1
-            callback(*a)
+            self.running = len(self.ran_at)
+            self.ran_at.append(self.inner.time())
+            try:
+                callback(*a)
+            finally:
+                self.running = None
 
         return self.inner.call_at(when_ms, counted, *args)
 
 
 class Probe(TimerTask):
     __slots__ = ("added_loop_ms", "added_real_ms", "fired_loop_ms", "fired_real_ms", "loop",
-                 "done")
+                 "done", "clock", "fired_by")
 
-    def __init__(self, delay_ms: int, loop: asyncio.AbstractEventLoop, done: Callable[[], None]):
+    def __init__(self, delay_ms: int, loop: asyncio.AbstractEventLoop, done: Callable[[], None],
+                 clock: CountingClock):
         super().__init__(delay_ms)
         self.loop = loop
         self.done = done
+        self.clock = clock
+        self.fired_by: int | None = None  # the CountingClock callback that ran it
         self.fired_loop_ms = -1.0
         self.fired_real_ms = -1.0
         self.added_loop_ms = loop.time() * 1000
@@ -55,6 +66,7 @@ class Probe(TimerTask):
         assert self.fired_loop_ms < 0, "ran twice"
         self.fired_loop_ms = self.loop.time() * 1000
         self.fired_real_ms = time.monotonic() * 1000
+        self.fired_by = self.clock.running
         self.done()
 
 
@@ -76,7 +88,7 @@ async def scenario() -> None:
     # Added over ~0.5 s in bursts, so the wheel turns while tasks arrive.
     for burst in range(50):
         for _ in range(N // 50):
-            p = Probe(rng.randint(1, MAX_DELAY_MS), loop, done)
+            p = Probe(rng.randint(1, MAX_DELAY_MS), loop, done, clock)
             timer.add(p)
             probes.append(p)
         if burst % 5 == 4:
@@ -88,9 +100,13 @@ async def scenario() -> None:
     early_loop = [p for p in probes if p.fired_loop_ms < p.added_loop_ms + p.delay_ms - 1e-6]
     early_real = [p for p in probes if p.fired_real_ms < p.added_real_ms + p.delay_ms]
     assert early_loop == [] and early_real == []
-    late = sorted(p.fired_real_ms - (p.added_real_ms + p.delay_ms) for p in probes)
-    # A sanity bound only, loose for shared CI hosts; bench/purgatory.py measures lateness.
-    assert late[len(late) // 2] < 250
+    # Not late on the timer's part: each ran in the first of the timer's loop callbacks that
+    # ran at or after its deadline, never left for a later one. How late the loop ran that
+    # callback is the machine's part, which bench.purgatory measures (late_p99_ms).
+    ran_at = clock.ran_at
+    late = [p for p in probes if p.fired_by is None
+            or (p.fired_by > 0 and ran_at[p.fired_by - 1] >= p.expiration_ms)]
+    assert late == [], f"{len(late)} tasks were left past a timer callback after their deadline"
 
     # One wake-up per bucket, never one per task.
     assert clock.fired <= clock.scheduled < N // 20
@@ -105,7 +121,7 @@ async def scenario() -> None:
     # not once per 1 ms tick (which would be ~1500 wake-ups).
     remaining = 5
     all_done = loop.create_future()
-    sparse = [Probe(1500 + i, loop, done) for i in range(5)]
+    sparse = [Probe(1500 + i, loop, done, clock) for i in range(5)]
     for p in sparse:
         timer.add(p)
     fired = clock.fired
@@ -114,7 +130,7 @@ async def scenario() -> None:
     assert all(p.fired_real_ms >= p.added_real_ms + p.delay_ms for p in sparse)
 
     # Cancelled tasks leave no wake-up behind.
-    far = [Probe(5000, loop, done) for _ in range(1000)]
+    far = [Probe(5000, loop, done, clock) for _ in range(1000)]
     for p in far:
         timer.add(p)
     assert timer.live_callbacks() >= 1
@@ -128,7 +144,5 @@ async def scenario() -> None:
 
 
 def test_timer_on_uvloop_100k_tasks_none_early_and_idle() -> None:
-    started = time.monotonic()
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(scenario())
-    assert time.monotonic() - started < 20

@@ -84,7 +84,9 @@ def _metadata_broker(bootstrap: str, extra: dict) -> tuple[str, int]:
 
 
 def _api_versions_over_plain_tcp(port: int) -> bytes:
-    """An ApiVersions v0 request on a bare socket; what comes back before the broker closes."""
+    """An ApiVersions v0 request on a bare socket; what comes back before the broker closes.
+    The broker must close it: a socket still open after 10 s (the handshake timeout is longer)
+    raises TimeoutError."""
     body = struct.pack(">hhih", 18, 0, 1, 4) + b"test"
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.sendall(struct.pack(">i", len(body)) + body)
@@ -92,7 +94,7 @@ def _api_versions_over_plain_tcp(port: int) -> bytes:
         while True:
             try:
                 data = s.recv(65536)
-            except (ConnectionResetError, TimeoutError):
+            except ConnectionResetError:
                 break
             if not data:
                 break
@@ -214,9 +216,8 @@ def test_plaintext_client_on_the_ssl_listener_is_refused_alone(tls_broker: Broke
     try:
         assert plain.send(topic, b"before", partition=0).get(timeout=15).offset == 0
         tls_broker.new_log_lines()
-        started = time.monotonic()
-        assert _api_versions_over_plain_tcp(tls_broker.ports["SSL"]) == b""  # closed, no answer
-        assert time.monotonic() - started < 5  # at once, not at the handshake timeout
+        # closed, no answer: by the failed handshake, not at the handshake timeout
+        assert _api_versions_over_plain_tcp(tls_broker.ports["SSL"]) == b""
         with pytest.raises(KafkaTimeoutError, match="Unable to bootstrap"):
             KafkaProducer(bootstrap_servers=tls_broker.bootstrap_for("SSL"),
                           bootstrap_timeout_ms=3000, request_timeout_ms=3000)
