@@ -31,7 +31,7 @@ from broker.kafka_keys import KAFKA_BROKER_KEYS
 from broker.logging import configure, is_secret, log_unused_keys
 from broker.startup_error import StartupError
 
-log = structlog.get_logger("broker.cli")
+logger = structlog.get_logger("broker.cli")
 
 
 class _Version(argparse.Action):
@@ -235,14 +235,14 @@ async def _serve(config: BrokerConfig) -> None:
     thresholds = gc_policy.apply(config["minibroker.gc.policy"],
                                  config["minibroker.gc.gen0.threshold"])
     pauses = gc_policy.GcPauses().install()
-    log.debug("gc policy", policy=config["minibroker.gc.policy"], thresholds=list(thresholds),
+    logger.debug("gc policy", policy=config["minibroker.gc.policy"], thresholds=list(thresholds),
              frozen=gc.get_freeze_count(),
              apply_ms=round((time.perf_counter() - began) * 1e3, 1))
     await stop.wait()
     pauses.uninstall()
     # What the collector took from the loop while serving, for the benchmarks that compare
     # the policies (bench.gc reads this line).
-    log.info("gc pauses", policy=config["minibroker.gc.policy"], **pauses.summary())
+    logger.info("gc pauses", policy=config["minibroker.gc.policy"], **pauses.summary())
     await broker.stop()
 
 

@@ -34,7 +34,7 @@ SECRET_KEYS = frozenset({
 })
 _debug = False
 _console = False
-log = structlog.get_logger("broker.config")
+logger = structlog.get_logger("broker.config")
 
 
 def debug_enabled() -> bool:
@@ -70,16 +70,16 @@ def log_effective_config(config: BrokerConfig) -> None:
     """The effective configuration as its own event: a block of lines on a terminal, a
     ``config`` object (and the keys ``given``) in a JSON log."""
     if _console:
-        log.info("effective configuration (* given at start):\n" + render_config(config))
+        logger.info("effective configuration (* given at start):\n" + render_config(config))
     else:
-        log.info("effective configuration", given=sorted(config.static),
+        logger.info("effective configuration", given=sorted(config.static),
                  config=redact({**dict(config.items()), **config.listener_overrides()}))
 
 
 def log_unused_keys(config: BrokerConfig) -> None:
     """The one warning naming every Kafka key given that mini-broker does not use."""
     if config.unused_keys:
-        log.warning("Kafka's configuration keys given that mini-broker does not use",
+        logger.warning("Kafka's configuration keys given that mini-broker does not use",
                     keys=config.unused_keys)
 
 

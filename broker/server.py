@@ -65,7 +65,7 @@ from broker.txn import TransactionCoordinator
 from broker.wiring import Owners
 from purgatory import Clock, LoopClock, Timer
 
-log = structlog.get_logger("broker")
+logger = structlog.get_logger("broker")
 
 
 #: Wraps the dispatch of every request: ``(request, dispatch) -> result`` (fault injection).
@@ -220,11 +220,11 @@ class Broker:
         the details."""
         cfg = self.config
         ms = self.metrics_server
-        log.info(ready_message({s.name: (s.host, self.ports[s.name]) for s in specs},
+        logger.info(ready_message({s.name: (s.host, self.ports[s.name]) for s in specs},
                                ms.url if ms is not None else None, cfg["log.dirs"]))
         owners = self.owners
         assert owners is not None
-        log.info("broker started", host=specs[0].host, port=self.port, listeners=self.ports,
+        logger.info("broker started", host=specs[0].host, port=self.port, listeners=self.ports,
                  security_protocols={s.name: s.security_protocol for s in specs},
                  node_id=owners.node.node_id, topics=len(owners.metadata.topics),
                  metrics=ms.url if ms is not None else None,
@@ -264,7 +264,7 @@ class Broker:
 
     def _tls_failed(self, listener: str, peer: str, reason: str) -> None:
         self.tls_handshake_failures[listener] = self.tls_handshake_failures.get(listener, 0) + 1
-        log.warning("TLS handshake failed", listener=listener, peer=peer, reason=reason)
+        logger.warning("TLS handshake failed", listener=listener, peer=peer, reason=reason)
 
     def _dispatch(self, request: Request) -> HandlerResult:
         if self.dispatch_filter is not None:
@@ -296,7 +296,7 @@ class Broker:
             def done(t: asyncio.Future[Any]) -> None:
                 self._periodic_tasks.discard(t)
                 if not t.cancelled() and t.exception() is not None:
-                    log.error("periodic job failed", job=key, exc_info=t.exception())
+                    logger.error("periodic job failed", job=key, exc_info=t.exception())
                 if not self._stopped:
                     schedule()
 
@@ -315,7 +315,7 @@ class Broker:
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.checkpoint)
 
     async def stop(self) -> None:
-        log.info("broker shutting down")
+        logger.info("broker shutting down")
         rm = self.replica_manager
         for server in self.servers.values():
             server.close()
@@ -338,7 +338,7 @@ class Broker:
             rm.shutdown()
         if self.log_manager is not None:
             self.log_manager.shutdown()
-        log.info("broker stopped cleanly")
+        logger.info("broker stopped cleanly")
 
     async def _stop_tasks(self) -> None:
         self._stop_periodic()
@@ -352,7 +352,7 @@ class Broker:
         checkpointed, no clean-shutdown marker; the files are closed as they are (what was
         written is in the kernel, as after a process crash) and the dir locks released, so
         the next start on these dirs runs recovery."""
-        log.warning("broker crashing on purpose (no flush, no clean-shutdown marker)")
+        logger.warning("broker crashing on purpose (no flush, no clean-shutdown marker)")
         for server in self.servers.values():
             server.close()
         for timer in self.owners.timers if self.owners is not None else self._timers:
@@ -378,7 +378,7 @@ class Broker:
             rm.shutdown()
         if self.log_manager is not None:
             self.log_manager.abandon()
-        log.warning("broker crashed on purpose")
+        logger.warning("broker crashed on purpose")
 
 
 class _TlsListener:
@@ -436,7 +436,7 @@ class _TlsListener:
             try:
                 client, address = await loop.sock_accept(sock)
             except OSError as exc:  # out of file descriptors, say: back off, keep serving
-                log.warning("accept failed", listener=self.listener, error=str(exc))
+                logger.warning("accept failed", listener=self.listener, error=str(exc))
                 await asyncio.sleep(0.1)
                 continue
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

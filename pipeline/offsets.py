@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from pipeline.options import EARLIEST, LATEST, OffsetSpec, SourceOptions
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 _TIMEOUT_S = 30.0
@@ -57,7 +57,7 @@ def report_data_loss(opts: SourceOptions, message: str) -> None:
     """Raise or warn, as failOnDataLoss says."""
     if opts.fail_on_data_loss:
         raise DataLossError(message + ". If this is expected, set failOnDataLoss=false.")
-    log.warning("%s; skipping it (failOnDataLoss=false)", message)
+    logger.warning("%s; skipping it (failOnDataLoss=false)", message)
 
 
 @dataclass

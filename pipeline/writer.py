@@ -20,7 +20,7 @@ from pyspark.sql.types import StructType
 
 from pipeline.options import OptionError, SinkOptions
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 _COLUMNS = ("topic", "key", "value", "partition", "headers")
 
@@ -123,10 +123,10 @@ class MiniBrokerWriter(DataSourceWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         self.last_commit = _total(messages)
-        log.info("wrote %d records (%s)", self.last_commit.records, self.last_commit.per_topic)
+        logger.info("wrote %d records (%s)", self.last_commit.records, self.last_commit.per_topic)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        log.warning("write aborted after %d acknowledged records (they stay in the log)",
+        logger.warning("write aborted after %d acknowledged records (they stay in the log)",
                     _total(messages).records)
 
 
@@ -142,8 +142,8 @@ class MiniBrokerStreamWriter(DataSourceStreamWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         total = _total(messages)
-        log.info("batch %d: wrote %d records (%s)", batchId, total.records, total.per_topic)
+        logger.info("batch %d: wrote %d records (%s)", batchId, total.records, total.per_topic)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        log.warning("batch %d aborted after %d acknowledged records (they stay in the log)",
+        logger.warning("batch %d aborted after %d acknowledged records (they stay in the log)",
                     batchId, _total(messages).records)

@@ -39,7 +39,7 @@ from purgatory.clock import Clock, LoopClock
 from purgatory.timer_task_list import TaskCounter, TimerTask, TimerTaskList
 from purgatory.timing_wheel import TimingWheel
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 # Upper bounds (ms) of the expiration-lateness histogram; the last count is for "above".
 LATENESS_BOUNDS_MS = (0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
@@ -238,7 +238,7 @@ class Timer:
             try:
                 entry.run()  # type: ignore[attr-defined]
             except Exception:
-                log.exception("timer task %r failed", entry)
+                logger.exception("timer task %r failed", entry)
         bucket.expiration = None
         self.reinsertions += reinserted
         self.lateness_sum_ms += late_sum
@@ -262,7 +262,7 @@ class Timer:
             try:
                 entry.run()  # type: ignore[attr-defined]
             except Exception:
-                log.exception("timer task %r failed", entry)
+                logger.exception("timer task %r failed", entry)
         if not due.is_empty() and due.handle is None and not self._closed:
             now = self._time()
             due.expiration = math.floor(now)

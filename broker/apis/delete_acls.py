@@ -34,7 +34,7 @@ VERSIONS = range(0, 4)
 FilterResult = DeleteAclsResponse.DeleteAclsFilterResult
 MatchingAcl = FilterResult.DeleteAclsMatchingAcl
 
-log = structlog.get_logger("broker.security")
+logger = structlog.get_logger("broker.security")
 
 
 def handle(ctx: ApiContext, request: Request) -> DeleteAclsResponse:
@@ -51,7 +51,7 @@ def handle(ctx: ApiContext, request: Request) -> DeleteAclsResponse:
     try:
         deleted = ctx.authorizer.delete_acls(filters)
     except Exception:  # the metadata file could not be written: nothing was removed
-        log.exception("ACL deletions not saved", filters=len(filters))
+        logger.exception("ACL deletions not saved", filters=len(filters))
         return _all(len(filters), ErrorCode.UNKNOWN_SERVER_ERROR,
                     "The server experienced an unexpected error when processing the request.")
     return DeleteAclsResponse(throttle_time_ms=0, filter_results=[

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 API_KEY = 35  # DescribeLogDirs
 VERSIONS = range(1, 5)
 
-log = structlog.get_logger("broker.apis")
+logger = structlog.get_logger("broker.apis")
 
 Result = DescribeLogDirsResponse.DescribeLogDirsResult
 TopicEntry = Result.DescribeLogDirsTopic
@@ -67,7 +67,7 @@ def handle(ctx: ApiContext, request: Request) -> DescribeLogDirsResponse:
         try:
             usage = shutil.disk_usage(log_dir)
         except OSError:
-            log.exception("describing a log dir failed", log_dir=path)
+            logger.exception("describing a log dir failed", log_dir=path)
             results.append(Result(error_code=ErrorCode.UNKNOWN_SERVER_ERROR, log_dir=path,
                                   topics=[]))
             continue

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 API_KEY = 75  # DescribeTopicPartitions
 VERSIONS = range(0, 1)
 
-log = structlog.get_logger("broker.apis")
+logger = structlog.get_logger("broker.apis")
 
 Topic = DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic
 PartitionMeta = Topic.DescribeTopicPartitionsResponsePartition
@@ -125,7 +125,7 @@ def _unknown(name: str, ops: int) -> Topic:
 def _refused(req: Any, reason: str) -> DescribeTopicPartitionsResponse:
     """Kafka's error response for a request refused whole: each named topic, no partitions
     (the reason reaches only the broker's log, as the answer has no message field)."""
-    log.info("describe topic partitions refused", reason=reason,
+    logger.info("describe topic partitions refused", reason=reason,
              cursor=(req.cursor.topic_name, req.cursor.partition_index))
     topics = [Topic(error_code=ErrorCode.INVALID_REQUEST, name=t.name, topic_id=None,
                     is_internal=False, partitions=[]) for t in req.topics]

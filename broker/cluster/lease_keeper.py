@@ -25,7 +25,7 @@ import structlog
 from broker.cluster.store import Lease, MetadataStore, StoreError, sleep_until
 from purgatory.clock import Clock
 
-log = structlog.get_logger("broker.cluster")
+logger = structlog.get_logger("broker.cluster")
 
 #: Retry a failed refresh this often (as a fraction of the TTL), at least every RETRY_MIN_MS.
 RETRY_FRACTION = 0.1
@@ -95,7 +95,7 @@ class LeaseKeeper:
         try:
             await self._keep()
         except Exception as e:  # the owner must hear of it, or it would act on a dead lease
-            log.exception("lease keeper failed", lease=f"{self.lease.id:x}")
+            logger.exception("lease keeper failed", lease=f"{self.lease.id:x}")
             self._lose(f"the lease keeper failed: {e!r}")
 
     async def _keep(self) -> None:
@@ -128,12 +128,12 @@ class LeaseKeeper:
         except (StoreError, TimeoutError) as e:  # unreachable, or refused: retry till expiry
             self.failed_refreshes += 1
             if not self._failing:
-                log.warning("lease refresh failed, retrying", lease=f"{self.lease.id:x}",
+                logger.warning("lease refresh failed, retrying", lease=f"{self.lease.id:x}",
                             error=str(e) or type(e).__name__)
                 self._failing = True
             return None
         if self._failing:
-            log.info("lease refresh recovered", lease=f"{self.lease.id:x}")
+            logger.info("lease refresh recovered", lease=f"{self.lease.id:x}")
             self._failing = False
         self.refreshes += 1
         return ttl
@@ -141,9 +141,9 @@ class LeaseKeeper:
     def _lose(self, reason: str) -> None:
         self.lost_reason = reason
         self.lost.set()
-        log.warning("lease lost", lease=f"{self.lease.id:x}", reason=reason)
+        logger.warning("lease lost", lease=f"{self.lease.id:x}", reason=reason)
         if self.on_lost is not None:
             try:
                 self.on_lost(reason)
             except Exception:  # the owner's handler must not kill the keeper's report
-                log.exception("lease-lost handler failed", lease=f"{self.lease.id:x}")
+                logger.exception("lease-lost handler failed", lease=f"{self.lease.id:x}")

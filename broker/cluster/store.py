@@ -33,7 +33,7 @@ import structlog
 
 from purgatory.clock import Clock
 
-log = structlog.get_logger("broker.cluster")
+logger = structlog.get_logger("broker.cluster")
 
 CompareOp = Literal["==", "!=", "<", ">"]
 
@@ -327,7 +327,7 @@ class Watch:
 
     def _take(self, batch: list[WatchEvent]) -> None:
         if self._interrupted:
-            log.info("metadata watch resumed", watch=self.description,
+            logger.info("metadata watch resumed", watch=self.description,
                      revision=self.resume_revision, reconnects=self.reconnects)
             self._interrupted = False
         self._backoff = 0.0
@@ -338,7 +338,7 @@ class Watch:
 
     async def _back_off(self, error: StoreUnavailable) -> None:
         if not self._interrupted:
-            log.warning("metadata watch interrupted, resuming", watch=self.description,
+            logger.warning("metadata watch interrupted, resuming", watch=self.description,
                         revision=self.resume_revision, error=str(error))
             self._interrupted = True
         self.reconnects += 1

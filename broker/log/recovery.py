@@ -36,7 +36,7 @@ from protocol.record_batch import NO_TIMESTAMP, CorruptRecordError
 
 __all__ = ["RecoveryStats", "STATS", "recover_segment", "recover_segments"]
 
-log = structlog.get_logger("broker.log.recovery")
+logger = structlog.get_logger("broker.log.recovery")
 
 
 @dataclass
@@ -158,7 +158,7 @@ def recover_segment(segment: LogSegment, from_offset: int | None = None) -> int:
     if truncated and not reason:
         reason = "torn batch at the end of the file"
     if truncated:
-        log.warning(
+        logger.warning(
             "recovery truncated segment",
             segment=str(segment.log_path),
             truncated_bytes=truncated,
@@ -186,7 +186,7 @@ def recover_segments(segments: list[LogSegment], recovery_point: int) -> list[Lo
     kept = segments[:start]
     for i in range(start, len(segments)):
         seg = segments[i]
-        log.info(
+        logger.info(
             "recovering unflushed segment",
             segment=str(seg.log_path),
             recovery_point=recovery_point,
@@ -195,7 +195,7 @@ def recover_segments(segments: list[LogSegment], recovery_point: int) -> list[Lo
         kept.append(seg)
         if truncated > 0:
             for dead in segments[i + 1 :]:
-                log.warning("deleting segment after a corrupt one", segment=str(dead.log_path))
+                logger.warning("deleting segment after a corrupt one", segment=str(dead.log_path))
                 dead.delete()
             break
     return kept

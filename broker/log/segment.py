@@ -67,7 +67,7 @@ HEADER_SCAN_CHUNK = 16 * 1024
 
 _INT32 = struct.Struct(">i")
 
-log = structlog.get_logger("broker.log")
+logger = structlog.get_logger("broker.log")
 
 
 #: a lazily read field not read yet
@@ -390,7 +390,7 @@ class LogSegment:
         try:
             disk.ftruncate(self._io_fd(), position)
         except OSError as e:
-            log.warning("could not undo a failed append", segment=str(self.log_path),
+            logger.warning("could not undo a failed append", segment=str(self.log_path),
                         position=position, error=str(e))
 
     # -- lookups --------------------------------------------------------------------------------

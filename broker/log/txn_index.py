@@ -41,7 +41,7 @@ __all__ = [
     "TxnIndexCorruptError",
 ]
 
-log = structlog.get_logger("broker.log.txn_index")
+logger = structlog.get_logger("broker.log.txn_index")
 
 TXN_INDEX_FILE_SUFFIX = ".txnindex"
 _CURRENT_VERSION = 0
@@ -138,7 +138,7 @@ class TransactionIndex:
             whole = len(data) - len(data) % ABORTED_TXN_SIZE
             entries = [AbortedTxn.from_bytes(data, p) for p in range(0, whole, ABORTED_TXN_SIZE)]
             if whole != len(data):
-                log.warning(
+                logger.warning(
                     "dropping a torn transaction index entry",
                     path=str(self.path),
                     size=len(data),

@@ -22,7 +22,7 @@ from broker.config import KEYS, BrokerConfig, ConfigError, parse_value, value_te
 from broker.metadata.file_store import TOPIC_CONFIG_DEFAULTS, MetadataStore
 from protocol.errors import ErrorCode, KafkaError
 
-log = structlog.get_logger("broker")
+logger = structlog.get_logger("broker")
 
 # DescribeConfigs' ConfigSource ids (TOPIC_CONFIG is DYNAMIC_TOPIC_CONFIG on the wire).
 DYNAMIC_TOPIC_CONFIG = 1
@@ -216,7 +216,7 @@ class DynamicBrokerConfig:
                     raise ConfigError(f"{key} cannot be updated dynamically")
                 parse_value(key, value)
             except ConfigError as exc:
-                log.error("persisted dynamic broker config ignored", resource=name, key=key,
+                logger.error("persisted dynamic broker config ignored", resource=name, key=key,
                           reason=str(exc))
                 continue
             kept[key] = value
@@ -308,13 +308,13 @@ class DynamicBrokerConfig:
             raise
         self._layers[name] = dict(overrides)
         self.config.update_from(new)
-        log.info("dynamic broker config updated", resource=name or "<default>",
+        logger.info("dynamic broker config updated", resource=name or "<default>",
                  overrides=overrides, changed=sorted(changed))
         for r in due:
             try:
                 r.apply(self.config)
             except Exception:  # stored already, as Kafka's: the owner logs and keeps going
-                log.exception("applying a dynamic broker config failed", keys=sorted(r.keys))
+                logger.exception("applying a dynamic broker config failed", keys=sorted(r.keys))
 
     def _check_keys(self, name: str, overrides: dict[str, str]) -> None:
         updatable = self.updatable
@@ -413,7 +413,7 @@ class GroupConfigs:
             else:
                 self.metadata.group_configs[group_id] = before
             raise
-        log.info("group configs altered", group=group_id, configs=normalized)
+        logger.info("group configs altered", group=group_id, configs=normalized)
 
     def _validate(self, overrides: dict[str, str]) -> None:
         values: dict[str, int] = {}

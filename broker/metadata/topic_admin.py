@@ -27,7 +27,7 @@ from broker.replica.partition import Partition
 from broker.replica.replica_manager import ReplicaManager
 from protocol.errors import ErrorCode, KafkaError
 
-log = structlog.get_logger("broker")
+logger = structlog.get_logger("broker")
 
 
 def topic_defaults(config: BrokerConfig) -> dict[str, str]:
@@ -102,7 +102,7 @@ class TopicAdmin:
             info.configs = before
             raise
         self._apply(info)
-        log.info("topic configs altered", topic=name, configs=configs)
+        logger.info("topic configs altered", topic=name, configs=configs)
 
     def refresh_all(self) -> None:
         """The broker's topic defaults changed: every topic's logs take their new config."""
@@ -155,7 +155,7 @@ class TopicAdmin:
         info = self.metadata.add(name, partitions, configs)  # recorded once its logs exist
         for index in range(partitions):
             self._open_partition(info, index)
-        log.info("topic created", topic=name, partitions=partitions, configs=configs)
+        logger.info("topic created", topic=name, partitions=partitions, configs=configs)
         return info
 
     def _create_logs(self, name: str, partitions: int, cfg: LogConfig) -> None:
@@ -190,7 +190,7 @@ class TopicAdmin:
         self.metadata.save()
         for index in range(old, total):
             self._open_partition(info, index)
-        log.info("partitions added", topic=name, partitions=total)
+        logger.info("partitions added", topic=name, partitions=total)
 
     def delete_topic(self, name: str) -> TopicInfo:
         info = self.metadata.topics.get(name)
@@ -200,7 +200,7 @@ class TopicAdmin:
         for index in range(info.partitions):
             self.replica_manager.remove_partition((name, index))
             self.log_manager.delete_log((name, index))
-        log.info("topic deleted", topic=name)
+        logger.info("topic deleted", topic=name)
         return info
 
     def open_all(self) -> None:

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from broker.network.request_channel import RequestChannel
     from broker.replica.replica_manager import ReplicaManager
 
-log = structlog.get_logger("broker.metrics")
+logger = structlog.get_logger("broker.metrics")
 
 PREFIX = "minibroker"
 

@@ -17,7 +17,7 @@ import structlog
 if TYPE_CHECKING:
     from broker.metrics.collector import BrokerMetrics
 
-log = structlog.get_logger("broker.metrics")
+logger = structlog.get_logger("broker.metrics")
 
 
 class MetricsServer:
@@ -68,7 +68,7 @@ class MetricsServer:
                 ConnectionError):
             pass
         except Exception:
-            log.exception("metrics request failed")
+            logger.exception("metrics request failed")
         finally:
             writer.close()
 
@@ -91,7 +91,7 @@ class MetricsServer:
         started = time.monotonic()
         body, ctype = self.metrics.exposition(headers.get("accept", ""))
         self.scrapes += 1
-        log.debug("scrape", bytes=len(body), ms=round((time.monotonic() - started) * 1000, 2))
+        logger.debug("scrape", bytes=len(body), ms=round((time.monotonic() - started) * 1000, 2))
         from prometheus_client.exposition import gzip_accepted  # loaded by exposition() above
 
         if gzip_accepted(headers.get("accept-encoding", "")):

@@ -60,7 +60,7 @@ from protocol.validate import schema_violation
 if TYPE_CHECKING:
     from broker.network.request_channel import RequestChannel
 
-log = structlog.get_logger("broker.network")
+logger = structlog.get_logger("broker.network")
 _channel_ids = itertools.count(1)
 
 MAX_INFLIGHT_PER_CONNECTION = 128
@@ -102,7 +102,7 @@ class WriteFlusher:
             try:
                 conn.flush()
             except Exception as exc:  # a bug costs one connection, never the others' answers
-                log.error("response write failed", peer=conn.peer, channel=conn.channel_id,
+                logger.error("response write failed", peer=conn.peer, channel=conn.channel_id,
                           exc_info=exc)
                 conn.close("internal error writing responses")
 
@@ -190,7 +190,7 @@ class Connection(asyncio.BufferedProtocol):
             self.closed = True
             transport.close()
             return
-        log.debug("connection opened", peer=self.peer, channel=self.channel_id)
+        logger.debug("connection opened", peer=self.peer, channel=self.channel_id)
         if self.security.ssl_context is not None and not self._tls_principal(transport):
             return
         if self.auth is not None:
@@ -253,7 +253,7 @@ class Connection(asyncio.BufferedProtocol):
         self._pending = None
         if self._registered:
             self.channel.unregister(self)  # gives back every byte it held
-            log.debug("connection closed", peer=self.peer, channel=self.channel_id)
+            logger.debug("connection closed", peer=self.peer, channel=self.channel_id)
 
     # -- request path ----------------------------------------------------------------------
     def _dispatch(self) -> None:
@@ -331,7 +331,7 @@ class Connection(asyncio.BufferedProtocol):
                 self.decoder.max_size = min(self._max_frame, auth.config.max_receive_size)
                 return _PARSE
             if auth.expired():
-                log.info("closing connection", peer=self.peer, channel=self.channel_id,
+                logger.info("closing connection", peer=self.peer, channel=self.channel_id,
                          reason="SASL session expired", principal=str(self.session.principal))
                 self.close_quietly()
                 return _STOP
@@ -529,7 +529,7 @@ class Connection(asyncio.BufferedProtocol):
         """Close on bad input: logged once, nothing else on the broker is touched."""
         if self.closed:
             return
-        log.warning("closing connection", peer=self.peer, channel=self.channel_id, reason=reason)
+        logger.warning("closing connection", peer=self.peer, channel=self.channel_id, reason=reason)
         if self.sequencer.has_ready:  # answers completed before the close still go out first
             self.flush()
         self.closed = True

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import structlog
 
-log = structlog.get_logger("broker.network")
+logger = structlog.get_logger("broker.network")
 
 MAX_CONNECTIONS = "max.connections"
 MAX_PER_IP = "max.connections.per.ip"
@@ -53,11 +53,11 @@ class ConnectionQuotas:
     def _refuse(self, key: str, ip: str, limit: int) -> bool:
         n = self.refused[key] = self.refused[key] + 1
         if n % 1000 == 1:
-            log.warning("connection refused", limit=key, value=limit, ip=ip, refused=n)
+            logger.warning("connection refused", limit=key, value=limit, ip=ip, refused=n)
         return False
 
     def closed_idle(self, peer: str, idle_ms: float) -> None:
         self.idle_closed += 1
         if self.idle_closed % 1000 == 1:
-            log.debug("idle connection closed", peer=peer, idle_ms=round(idle_ms),
+            logger.debug("idle connection closed", peer=peer, idle_ms=round(idle_ms),
                       closed=self.idle_closed)

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from broker.metrics.collector import BrokerMetrics
     from broker.network.connection import Connection
 
-log = structlog.get_logger("broker.network")
+logger = structlog.get_logger("broker.network")
 
 SLOW_REQUEST_MS = 1000
 # APIs whose requests wait by design (long poll, rebalance): slow only if their own work is.
@@ -277,9 +277,9 @@ class RequestChannel:
             if elapsed_ms > SLOW_REQUEST_MS and (
                     request.spec.key not in _WAITS_BY_DESIGN
                     or elapsed_ms - remote_ms > SLOW_REQUEST_MS):
-                log.info("slow request", **self._detail(request, now))
+                logger.info("slow request", **self._detail(request, now))
             elif self._debug:
-                log.debug("request", **self._detail(request, now))
+                logger.debug("request", **self._detail(request, now))
 
     @staticmethod
     def _detail(request: Request, now: float) -> dict[str, Any]:
@@ -303,7 +303,7 @@ class RequestChannel:
             request.connection.close(
                 f"malformed {request.spec.name} v{request.version} request: {exc}")
         else:
-            log.error("request failed", api=request.spec.name, version=request.version,
+            logger.error("request failed", api=request.spec.name, version=request.version,
                       exc_info=exc)
         if request.stats is not None:
             request.stats.failed()

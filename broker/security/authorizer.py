@@ -45,7 +45,7 @@ from broker.security.acl import (
 from broker.security.principal import KafkaPrincipal, Session
 from protocol.errors import ErrorCode, KafkaError
 
-log = structlog.get_logger("broker.security")
+logger = structlog.get_logger("broker.security")
 
 # The class names under which Kafka ships an ACL authorizer; either turns this one on.
 AUTHORIZER_CLASSES = frozenset({
@@ -222,7 +222,7 @@ class Authorizer:
         key = (op.name, rtype.name)
         n = self.denials[key] = self.denials.get(key, 0) + 1
         if n % DENIAL_LOG_EVERY == 1:
-            log.info("authorization denied", principal=str(session.principal),
+            logger.info("authorization denied", principal=str(session.principal),
                      host=session.client_host, listener=session.listener, operation=op.name,
                      resource=resource, denials=n)
 
@@ -248,12 +248,12 @@ class Authorizer:
             except Exception:
                 for binding in added:
                     self._remove(binding)
-                log.exception("ACLs not saved", acls=len(added))
+                logger.exception("ACLs not saved", acls=len(added))
                 failure = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
                                      "Unknown error while trying to create ACL")
                 return [r if r is not None else failure for r in results]
             for binding in added:
-                log.info("ACL created", acl=str(binding))
+                logger.info("ACL created", acl=str(binding))
         return results
 
     def describe_acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
@@ -281,7 +281,7 @@ class Authorizer:
                     self._add(binding)
                 raise
             for binding in sorted(removed, key=_order):
-                log.info("ACL deleted", acl=str(binding))
+                logger.info("ACL deleted", acl=str(binding))
         return results
 
     def acl_count(self) -> int:

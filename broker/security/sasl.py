@@ -40,7 +40,7 @@ from protocol.registry import APIS
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
 
-log = structlog.get_logger("broker.security")
+logger = structlog.get_logger("broker.security")
 
 PLAIN = "PLAIN"
 SUPPORTED_MECHANISMS = (PLAIN, *SCRAM_MECHANISMS)
@@ -493,7 +493,7 @@ class SaslAuthenticator:
         self._previous = None
         self._server = None
         cfg.stats.record(cfg.listener, self.mechanism or NO_MECHANISM, True, reauth)
-        log.info("re-authenticated" if reauth else "authenticated", listener=cfg.listener,
+        logger.info("re-authenticated" if reauth else "authenticated", listener=cfg.listener,
                  mechanism=self.mechanism, principal=str(self.session.principal),
                  peer=self.peer, session_lifetime_ms=lifetime)
         if self._on_authenticated is not None:
@@ -506,7 +506,7 @@ class SaslAuthenticator:
         mechanism = self.mechanism if self.mechanism in cfg.mechanisms else NO_MECHANISM
         reauth = self._previous is not None
         cfg.stats.record(cfg.listener, mechanism or NO_MECHANISM, False, reauth)
-        log.warning(f"{self._what()} failed", listener=cfg.listener, mechanism=mechanism,
+        logger.warning(f"{self._what()} failed", listener=cfg.listener, mechanism=mechanism,
                     peer=self.peer, reason=reason)
         self._server = None
         return reason

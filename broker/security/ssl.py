@@ -44,7 +44,7 @@ from broker.security.principal import ANONYMOUS, USER_TYPE, KafkaPrincipal
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
 
-log = structlog.get_logger("broker.security")
+logger = structlog.get_logger("broker.security")
 
 _CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL,
                 "required": ssl.CERT_REQUIRED}
@@ -262,7 +262,7 @@ def _apply_cipher_suites(ctx: ssl.SSLContext, listener: str, suites: list[str]) 
             ctx.minimum_version = max(ctx.minimum_version, ssl.TLSVersion.TLSv1_3,
                                       key=_version_rank)
         else:
-            log.warning("TLS 1.3 cipher suites cannot be narrowed: OpenSSL's defaults stay "
+            logger.warning("TLS 1.3 cipher suites cannot be narrowed: OpenSSL's defaults stay "
                         "enabled for TLS 1.3", listener=listener, tls13_suites=tls13)
     except (ssl.SSLError, ValueError) as exc:
         raise ConfigError(f"listener {listener}: ssl.cipher.suites: {_reason(exc)}") from None

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from broker.network.request import Request
     from broker.network.request_channel import HandlerResult
 
-log = structlog.get_logger("broker.testing")
+logger = structlog.get_logger("broker.testing")
 
 Dispatch = Callable[["Request"], "HandlerResult"]
 #: A topic id's name, or None for an id the broker does not know.
@@ -196,7 +196,7 @@ class Faults:
                           partition=fault.partition)
         elif fault.kind == "delay":
             fields["ms"] = fault.ms
-        log.warning("fault injected", **fields)
+        logger.warning("fault injected", **fields)
 
     def _error(self, fault: Fault, request: Request, dispatch: Dispatch,
                names: TopicNames | None) -> HandlerResult:
