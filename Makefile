@@ -131,13 +131,13 @@ lint: install-test
 # Before a commit: ruff, mypy (only errors listed in mypy-baseline.txt), the unit and property
 # tests on two workers.
 .PHONY: check mypy-baseline
-check: install
+check: install-test
 	$(BIN)/ruff check .
 	$(BIN)/python tools/mypy_baseline.py
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 tests/unit tests/property
 
 # Rewrite mypy-baseline.txt from mypy's errors now: after fixing some, or after a merge.
-mypy-baseline: install
+mypy-baseline: install-test
 	$(BIN)/python tools/mypy_baseline.py --write
 
 # The peer table of docs/benchmarks.md; the other benchmarks: python -m bench.<name> --json.

@@ -19,7 +19,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("protocol", "purgatory"),
     # Leaves of the broker: no broker import at all (the assignors' names are checked when the
     # configuration is read, so the pure assignor algorithms sit here).
-    ("broker.gc_policy", "broker.healthcheck", "broker.kafka_keys",
+    ("broker.gc_policy", "broker.healthcheck", "broker.kafka_keys", "broker.startup_error",
      "broker.metrics.instruments", "broker.group.assignors", "broker.config_error"),
     ("broker.log",),
     ("broker.config", "broker.logging"),
@@ -30,8 +30,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("broker.apis",),
     ("broker.network",),
     ("broker.metrics",),
-    ("broker", "broker.server", "broker.cli", "broker.testing", "broker.__main__"),
+    ("broker", "broker.wiring", "broker.server", "broker.cli", "broker.testing",
+     "broker.__main__"),
 )
+# Packages whose name covers only their own __init__, not every module under them.
+EXACT = {"broker"}
 
 
 def _modules() -> dict[str, Path]:
@@ -52,7 +55,8 @@ def layer_of(module: str) -> int:
     best, best_len = -1, -1
     for index, prefixes in enumerate(LAYERS):
         for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best_len:
+            covers = module == prefix or (prefix not in EXACT and module.startswith(prefix + "."))
+            if covers and len(prefix) > best_len:
                 best, best_len = index, len(prefix)
     if best < 0:
         raise AssertionError(f"{module} is in no layer: add it to LAYERS and docs/design.md")
