@@ -45,7 +45,11 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from protocol.errors import ErrorCode
 from protocol.registry import APIS, FETCH_KEY, PRODUCE_KEY
-from protocol.templates import PackedFetchResponse, SinglePartitionProduceResponse
+from protocol.templates import (
+    PackedFetchResponse,
+    PackedMetadataResponse,
+    SinglePartitionProduceResponse,
+)
 
 if TYPE_CHECKING:
     from broker.group.coordinator import GroupCoordinator
@@ -284,6 +288,20 @@ def _fetch_counter(version: int, bytes_out: dict[Any, int]
     return count
 
 
+def _metadata_counter(tree: ErrorTree) -> Callable[[Any, dict[int, int]], None]:
+    """Metadata: a packed answer counts its own errors (only its error topics have any),
+    without building a message per partition."""
+    generic = _generic_counter(tree)
+
+    def count(response: Any, errors: dict[int, int]) -> None:
+        if type(response) is PackedMetadataResponse:
+            response.count_errors(errors)
+        else:
+            generic(response, errors)
+
+    return count
+
+
 def _error_name(code: int) -> str:
     try:
         return ErrorCode(code).name
@@ -351,6 +369,8 @@ class BrokerMetrics:
             counter = _count_produce_errors
         elif api_key == FETCH_KEY:
             counter = _fetch_counter(version, self.topic_bytes_out)
+        elif spec.response is PackedMetadataResponse.message_type:
+            counter = _metadata_counter(_error_tree(spec.response._struct._fields, version))
         else:
             counter = _generic_counter(_error_tree(spec.response._struct._fields, version))
         return RequestStats(spec.name, version, timings, counter)

@@ -42,8 +42,9 @@ class Partition:
         self.hw_bytes = 0
         self.flush_pending = False
         self.flush_again = False
-        # (end offset, appended bytes) of each append still queued for the log dir's writer.
-        self._unwritten: deque[tuple[int, int]] = deque()
+        # (end offset, appended bytes) of each append still queued for the log dir's writer;
+        # made on the first such append (an empty deque is 600 bytes, times every partition).
+        self._unwritten: deque[tuple[int, int]] | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -117,6 +118,8 @@ class Partition:
         self.appended_bytes += info.size
         if self.hw_gated_by_flush:
             if info.size and self.log.writes_on_writer:
+                if self._unwritten is None:
+                    self._unwritten = deque()
                 self._unwritten.append((self.log.log_end_offset, self.appended_bytes))
             return info, False
         if self.log.unwritten_from is not None:
@@ -134,6 +137,8 @@ class Partition:
         """The log dir's writer wrote and fsynced everything below ``end_offset``: the high
         watermark follows while gated by the flush. Whether it moved."""
         unwritten = self._unwritten
+        if unwritten is None:
+            return False
         at_bytes = -1
         while unwritten and unwritten[0][0] <= end_offset:
             at_bytes = unwritten.popleft()[1]

@@ -90,12 +90,7 @@ class TopicAdmin:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name}")
         if validate_only:
             return
-        before, info.configs = info.configs, dict(configs)
-        try:
-            self.metadata.save()
-        except BaseException:
-            info.configs = before
-            raise
+        self.metadata.set_configs(name, configs)
         self._apply(info)
         log.info("topic configs altered", topic=name, configs=configs)
 
@@ -147,8 +142,9 @@ class TopicAdmin:
         if not self.log_manager.live_log_dirs:  # before the topic is recorded without logs
             raise KafkaStorageError("every log dir is offline: no log can be created")
         info = self.metadata.add(name, partitions, configs)
+        cfg = self.log_config(info.configs)
         for index in range(partitions):
-            self._open_partition(info, index)
+            self._open_partition(info, index, cfg)
         log.info("topic created", topic=name, partitions=partitions, configs=configs)
         return info
 
@@ -168,10 +164,10 @@ class TopicAdmin:
         if validate_only:
             return
         old = info.partitions
-        info.partitions = total
-        self.metadata.save()
+        self.metadata.set_partitions(name, total)
+        cfg = self.log_config(info.configs)
         for index in range(old, total):
-            self._open_partition(info, index)
+            self._open_partition(info, index, cfg)
         log.info("partitions added", topic=name, partitions=total)
 
     def delete_topic(self, name: str) -> TopicInfo:
@@ -188,11 +184,13 @@ class TopicAdmin:
     def open_all(self) -> None:
         """At start: every known topic's partitions, on the logs the LogManager recovered."""
         for info in self.metadata.topics.values():
+            cfg = self.log_config(info.configs)
             for index in range(info.partitions):
-                self._open_partition(info, index)
+                self._open_partition(info, index, cfg)
 
-    def _open_partition(self, info: TopicInfo, index: int) -> Partition:
-        cfg = self.log_config(info.configs)
+    def _open_partition(self, info: TopicInfo, index: int, cfg: LogConfig) -> Partition:
+        """One partition's log (created, or the recovered one with the topic's config) and its
+        replica state; ``cfg`` is built once per topic, not once per partition."""
         tp = (info.name, index)
         plog = self.log_manager.get_log(tp)
         if plog is None:
