@@ -24,13 +24,15 @@ HIGH_WATERMARK = -1
 
 class Partition:
     __slots__ = (
-        "topic", "index", "log", "high_watermark", "leader_epoch", "hw_gated_by_flush",
+        "topic", "index", "key", "log", "high_watermark", "leader_epoch", "hw_gated_by_flush",
         "appended_bytes", "hw_bytes", "flush_pending", "flush_again", "_unwritten",
     )
 
     def __init__(self, topic: str, index: int, log: Log, hw_gated_by_flush: bool) -> None:
         self.topic = topic
         self.index = index
+        # (topic, index), made once: every dict keyed by partition shares this one tuple.
+        self.key: tuple[str, int] = (topic, index)
         self.log = log
         self.high_watermark = log.log_end_offset  # recovered data is durable
         log.on_high_watermark_updated(self.high_watermark)
@@ -45,10 +47,6 @@ class Partition:
         # (end offset, appended bytes) of each append still queued for the log dir's writer;
         # made on the first such append (an empty deque is 600 bytes, times every partition).
         self._unwritten: deque[tuple[int, int]] | None = None
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.topic, self.index)
 
     @property
     def log_end_offset(self) -> int:

@@ -27,6 +27,8 @@ from protocol.errors import ErrorCode, KafkaError
 
 log = structlog.get_logger("broker")
 
+_MAX_LOG_CONFIGS = 1024  # distinct sets of topic overrides whose LogConfig is kept
+
 
 def topic_defaults(config: BrokerConfig) -> dict[str, str]:
     """Each topic config's value when a topic does not override it: the broker's key's."""
@@ -49,6 +51,7 @@ class TopicAdmin:
         self.metadata = metadata
         self.log_manager = log_manager
         self.replica_manager = replica_manager
+        self._log_configs: dict[tuple[tuple[str, str], ...], LogConfig] = {}
         if dynamic is None:
             dynamic = DynamicBrokerConfig(config, metadata)
             dynamic.load()
@@ -68,7 +71,15 @@ class TopicAdmin:
         return topic_defaults(self.config)
 
     def log_config(self, overrides: dict[str, str]) -> LogConfig:
-        return log_config(self.config, overrides)
+        """Built once per set of overrides (every partition of a topic asks), until the
+        broker's defaults change; the LogConfig is shared, never changed in place."""
+        key = tuple(sorted(overrides.items()))
+        cfg = self._log_configs.get(key)
+        if cfg is None:
+            if len(self._log_configs) >= _MAX_LOG_CONFIGS:
+                self._log_configs.clear()
+            cfg = self._log_configs[key] = log_config(self.config, overrides)
+        return cfg
 
     def topic_overrides(self, name: str) -> dict[str, str]:
         """A topic's own configs (empty for an unknown topic, as Kafka's config store)."""
@@ -96,6 +107,7 @@ class TopicAdmin:
 
     def refresh_all(self) -> None:
         """The broker's topic defaults changed: every topic's logs take their new config."""
+        self._log_configs.clear()
         self.log_manager.default_config = self.log_config({})
         for info in list(self.metadata.topics.values()):
             self._apply(info)
@@ -142,9 +154,8 @@ class TopicAdmin:
         if not self.log_manager.live_log_dirs:  # before the topic is recorded without logs
             raise KafkaStorageError("every log dir is offline: no log can be created")
         info = self.metadata.add(name, partitions, configs)
-        cfg = self.log_config(info.configs)
         for index in range(partitions):
-            self._open_partition(info, index, cfg)
+            self._open_partition(info, index)
         log.info("topic created", topic=name, partitions=partitions, configs=configs)
         return info
 
@@ -165,9 +176,8 @@ class TopicAdmin:
             return
         old = info.partitions
         self.metadata.set_partitions(name, total)
-        cfg = self.log_config(info.configs)
         for index in range(old, total):
-            self._open_partition(info, index, cfg)
+            self._open_partition(info, index)
         log.info("partitions added", topic=name, partitions=total)
 
     def delete_topic(self, name: str) -> TopicInfo:
@@ -184,13 +194,11 @@ class TopicAdmin:
     def open_all(self) -> None:
         """At start: every known topic's partitions, on the logs the LogManager recovered."""
         for info in self.metadata.topics.values():
-            cfg = self.log_config(info.configs)
             for index in range(info.partitions):
-                self._open_partition(info, index, cfg)
+                self._open_partition(info, index)
 
-    def _open_partition(self, info: TopicInfo, index: int, cfg: LogConfig) -> Partition:
-        """One partition's log (created, or the recovered one with the topic's config) and its
-        replica state; ``cfg`` is built once per topic, not once per partition."""
+    def _open_partition(self, info: TopicInfo, index: int) -> Partition:
+        cfg = self.log_config(info.configs)
         tp = (info.name, index)
         plog = self.log_manager.get_log(tp)
         if plog is None:
