@@ -9,7 +9,9 @@ still reads as a ProduceResponse (``responses``, ``to_message``) for tests and t
 
 from __future__ import annotations
 
+import array
 import struct
+import sys
 from typing import Any
 
 from kafka.protocol.consumer import FetchResponse
@@ -330,21 +332,36 @@ def _split_at(struct: Any, item: Any, array: str, version: int) -> tuple[bytes, 
     return encoded[:head], encoded[head + (1 if flexible else 4):]
 
 
-def metadata_topic_of_like_partitions(topic: Any, partition: Any, count: int,
+def metadata_topic_of_like_partitions(topic: Any, around: tuple[bytes, bytes], count: int,
                                       version: int) -> bytes:
     """A topic whose ``count`` partitions differ only in their index (0 .. count-1), as every
-    partition led by a single broker does: ``topic`` without partitions, ``partition`` the
-    one of index 0. The bytes of metadata_topic_bytes for the topic with all of them, built
-    from one encoded partition (the index is the int32 after the int16 error code)."""
+    partition led by a single broker does: ``topic`` without partitions, ``around`` the bytes
+    of each partition before and after its index (metadata_partition_around). The bytes of
+    metadata_topic_bytes for the topic with all of them; the indexes are written into the
+    repeated partition as big-endian int32 columns, in C, not one partition at a time."""
     head, tail = _split_at(_METADATA_TOPIC_STRUCT, topic, "partitions", version)
     flexible = version >= _METADATA_FIRST_FLEXIBLE
+    before, after = around
+    width = len(before) + 4 + len(after)
+    body = bytearray((before + b"\x00\x00\x00\x00" + after) * count)
+    indexes = array.array("i", range(count))
+    if indexes.itemsize == 4:
+        if sys.byteorder == "little":
+            indexes.byteswap()
+        raw = indexes.tobytes()
+        for k in range(4):
+            body[len(before) + k::width] = raw[k::4]
+    else:  # no 4-byte C int: one index at a time
+        for i in range(count):
+            _INT32.pack_into(body, i * width + len(before), i)
+    count_bytes = _uvarint(count + 1) if flexible else _INT32.pack(count)
+    return b"".join((head, count_bytes, body, tail))
+
+
+def metadata_partition_around(partition: Any, version: int) -> tuple[bytes, bytes]:
+    """A partition's bytes before and after its index (the int32 after the int16 error)."""
     one = metadata_partition_bytes(partition, version)
-    before, after = one[:2], one[6:]
-    pack = _INT32.pack
-    parts = [head, _uvarint(count + 1) if flexible else pack(count)]
-    parts.extend(before + pack(i) + after for i in range(count))
-    parts.append(tail)
-    return b"".join(parts)
+    return one[:2], one[6:]
 
 
 def metadata_partition_bytes(partition: Any, version: int) -> bytes:

@@ -29,6 +29,7 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.templates import (
     MetadataTopics,
     PackedMetadataResponse,
+    metadata_partition_around,
     metadata_topic_of_like_partitions,
 )
 
@@ -169,6 +170,10 @@ def _error(name: str | None, code: ErrorCode, topic_id: object = None,
 # -- the metadata cache ---------------------------------------------------------------------------
 
 
+#: (version, node) -> a led partition's bytes around its index: the same for every topic.
+_around: dict[tuple[int, int], tuple[bytes, bytes]] = {}
+
+
 class _LedTopic(MetadataTopics):
     """A topic whose every partition this broker leads, alone in its ISR: its encoded bytes
     per version, kept until the topic changes (a new TopicInfo, or more partitions)."""
@@ -193,8 +198,12 @@ class _LedTopic(MetadataTopics):
     def encoded(self, version: int) -> bytes:
         data = self.by_version.get(version)
         if data is None:
-            data = metadata_topic_of_like_partitions(self._topic([]), self._partition(0),
-                                                     self.partitions, version)
+            around = _around.get((version, self.node))
+            if around is None:
+                around = _around[(version, self.node)] = metadata_partition_around(
+                    self._partition(0), version)
+            data = metadata_topic_of_like_partitions(self._topic([]), around, self.partitions,
+                                                     version)
             self.by_version[version] = data
         return data
 
