@@ -9,10 +9,13 @@ still reads as a ProduceResponse (``responses``, ``to_message``) for tests and t
 
 from __future__ import annotations
 
+import array
 import struct
+import sys
 from typing import Any
 
 from kafka.protocol.consumer import FetchResponse
+from kafka.protocol.metadata import MetadataResponse
 from kafka.protocol.producer import ProduceResponse
 
 _TopicResponse = ProduceResponse.TopicProduceResponse
@@ -297,6 +300,203 @@ def _pack_aborted(out: bytearray, aborted: list[tuple[int, int]], flexible: bool
             out += _ABORTED_CLASSIC.pack(pid, first)
 
 
+# -- Metadata ------------------------------------------------------------------------------------
+
+_METADATA_FIRST_FLEXIBLE = 9
+_MetadataTopic = MetadataResponse.MetadataResponseTopic
+_METADATA_TOPIC_STRUCT = MetadataResponse._struct.fields["topics"].array_of
+_MAX_METADATA_FRAMES = 64
+
+
+def metadata_topic_bytes(topic: Any, version: int) -> bytes:
+    """One topic of a Metadata answer at ``version``: the bytes kafka-python encodes for it as
+    an element of the answer's topics array (an array is its count, then its elements)."""
+    flexible = version >= _METADATA_FIRST_FLEXIBLE
+    return _METADATA_TOPIC_STRUCT.encode(topic, version=version, compact=flexible,
+                                         tagged=flexible)
+
+
+_METADATA_PARTITION_STRUCT = _METADATA_TOPIC_STRUCT.fields["partitions"].array_of
+
+
+def _split_at(struct: Any, item: Any, array: str, version: int) -> tuple[bytes, bytes]:
+    """``item`` (whose ``array`` field is empty) encoded, split around that empty array."""
+    flexible = version >= _METADATA_FIRST_FLEXIBLE
+    encoded = struct.encode(item, version=version, compact=flexible, tagged=flexible)
+    head = 0
+    for f in struct.untagged_fields(version):
+        if f.name == array:
+            break
+        head += len(f.encode(getattr(item, f.name), version=version, compact=flexible,
+                             tagged=flexible))
+    return encoded[:head], encoded[head + (1 if flexible else 4):]
+
+
+def metadata_topic_of_like_partitions(topic: Any, around: tuple[bytes, bytes], count: int,
+                                      version: int) -> bytes:
+    """A topic whose ``count`` partitions differ only in their index (0 .. count-1), as every
+    partition led by a single broker does: ``topic`` without partitions, ``around`` the bytes
+    of each partition before and after its index (metadata_partition_around). The bytes of
+    metadata_topic_bytes for the topic with all of them; the indexes are written into the
+    repeated partition as big-endian int32 columns, in C, not one partition at a time."""
+    head, tail = _split_at(_METADATA_TOPIC_STRUCT, topic, "partitions", version)
+    flexible = version >= _METADATA_FIRST_FLEXIBLE
+    before, after = around
+    width = len(before) + 4 + len(after)
+    body = bytearray((before + b"\x00\x00\x00\x00" + after) * count)
+    indexes = array.array("i", range(count))
+    if indexes.itemsize == 4:
+        if sys.byteorder == "little":
+            indexes.byteswap()
+        raw = indexes.tobytes()
+        for k in range(4):
+            body[len(before) + k::width] = raw[k::4]
+    else:  # no 4-byte C int: one index at a time
+        for i in range(count):
+            _INT32.pack_into(body, i * width + len(before), i)
+    count_bytes = _uvarint(count + 1) if flexible else _INT32.pack(count)
+    return b"".join((head, count_bytes, body, tail))
+
+
+def metadata_partition_around(partition: Any, version: int) -> tuple[bytes, bytes]:
+    """A partition's bytes before and after its index (the int32 after the int16 error)."""
+    one = metadata_partition_bytes(partition, version)
+    return one[:2], one[6:]
+
+
+def metadata_partition_bytes(partition: Any, version: int) -> bytes:
+    flexible = version >= _METADATA_FIRST_FLEXIBLE
+    return _METADATA_PARTITION_STRUCT.encode(partition, version=version, compact=flexible,
+                                             tagged=flexible)
+
+
+class MetadataTopics:
+    """Topics of a Metadata answer, encoded: one topic, or a run of topics encoded together.
+
+    Subclasses keep their bytes per version (a topic's piece changes only when the topic
+    does); this one encodes kafka-python's messages each time, for the answers that are not
+    worth keeping (errors, authorized operations asked)."""
+
+    __slots__ = ("topics",)
+
+    def __init__(self, topics: list[Any]) -> None:
+        self.topics = topics
+
+    @property
+    def count(self) -> int:
+        """How many topics of the answer these are."""
+        return len(self.topics)
+
+    def encoded(self, version: int) -> bytes:
+        return b"".join(metadata_topic_bytes(t, version) for t in self.topics)
+
+    def messages(self) -> list[Any]:
+        """The topics as kafka-python's MetadataResponseTopic messages (new ones each time)."""
+        return self.topics
+
+    def count_errors(self, errors: dict[int, int]) -> None:
+        """Add each error code of these topics (and their partitions) to ``errors``."""
+        for t in self.topics:
+            code = t.error_code
+            if code:
+                errors[code] = errors.get(code, 0) + 1
+            for p in t.partitions or ():
+                code = p.error_code
+                if code:
+                    errors[code] = errors.get(code, 0) + 1
+
+
+_metadata_frames: dict[tuple[Any, ...], tuple[bytes, bytes]] = {}
+
+
+def _metadata_frame(fields: dict[str, Any], version: int) -> tuple[bytes, bytes]:
+    """The answer's bytes before its topics array and after it, as kafka-python encodes an
+    answer with these fields (kept: a broker answers with few different ones)."""
+    key = (version, *((k, repr(v)) for k, v in sorted(fields.items())))
+    frame = _metadata_frames.get(key)
+    if frame is None:
+        flexible = version >= _METADATA_FIRST_FLEXIBLE
+        empty = MetadataResponse(**fields, topics=[]).encode(version=version)
+        head = 0
+        for f in MetadataResponse._struct.untagged_fields(version):
+            if f.name == "topics":
+                break
+            head += len(f.encode(fields[f.name], version=version, compact=flexible,
+                                 tagged=flexible))
+        count = 1 if flexible else 4  # the empty array's count
+        frame = (empty[:head], empty[head + count:])
+        if len(_metadata_frames) >= _MAX_METADATA_FRAMES:
+            _metadata_frames.clear()
+        _metadata_frames[key] = frame
+    return frame
+
+
+class PackedMetadataResponse:
+    """A Metadata response assembled from topics already encoded (MetadataTopics pieces, kept
+    by the broker per topic and version) between the answer's own head and tail.
+
+    ``encode`` gives a gather list: the head with the topics' count, each piece as kept (never
+    copied into an encode buffer), the tail. The bytes are those kafka-python encodes for
+    ``to_message()`` (tests/unit/test_templates.py compares them at every served version).
+    ``fields`` are the answer's fields but its topics (brokers, cluster id, controller ...).
+    """
+
+    __slots__ = ("fields", "pieces", "_message")
+    throttle_time_ms = 0
+    message_type = MetadataResponse
+
+    def __init__(self, fields: dict[str, Any], pieces: list[MetadataTopics]) -> None:
+        self.fields = fields
+        self.pieces = pieces
+        self._message: MetadataResponse | None = None
+
+    def encode(self, version: int) -> bytes | list[bytes]:
+        if self._message is not None:
+            return self._message.encode(version=version)
+        head, tail = _metadata_frame(self.fields, version)
+        n = sum(piece.count for piece in self.pieces)
+        count = (_uvarint(n + 1) if version >= _METADATA_FIRST_FLEXIBLE else _INT32.pack(n))
+        parts = [head + count]
+        parts.extend(piece.encoded(version) for piece in self.pieces)
+        parts.append(tail)
+        return parts
+
+    def to_message(self) -> MetadataResponse:
+        """The same response as kafka-python's message."""
+        return MetadataResponse(**self.fields, topics=[
+            t for piece in self.pieces for t in piece.messages()])
+
+    def count_errors(self, errors: dict[int, int]) -> None:
+        """The metrics' error count, without building the message."""
+        if self._message is not None:
+            MetadataTopics(self._message.topics).count_errors(errors)
+            return
+        for piece in self.pieces:
+            piece.count_errors(errors)
+
+    @property
+    def message(self) -> MetadataResponse:
+        """kafka-python's message, kept: from now on it is what ``encode`` sends."""
+        if self._message is None:
+            self._message = self.to_message()
+        return self._message
+
+    @property
+    def topics(self) -> Any:
+        return self.message.topics
+
+    @property
+    def brokers(self) -> Any:
+        return self.fields["brokers"]
+
+    @staticmethod
+    def decode(data: Any, version: int) -> MetadataResponse:
+        """What a client reads from these bytes (or parts): kafka-python's MetadataResponse."""
+        if type(data) is list:
+            data = b"".join(data)
+        return MetadataResponse.decode(data, version=version)
+
+
 # Responses whose encode() is their own (the request channel encodes any of these as it
 # encodes an ApiMessage).
-TEMPLATES = (SinglePartitionProduceResponse, PackedFetchResponse)
+TEMPLATES = (SinglePartitionProduceResponse, PackedFetchResponse, PackedMetadataResponse)

@@ -6,19 +6,32 @@ revealing whether it exists (no topic id; by id, the id but no name); a missing 
 auto-created only with CREATE on the cluster or on the topic, else TOPIC_AUTHORIZATION_FAILED.
 Authorized-operations fields (v8+) are the principal's, the cluster's only through v10. The
 broker answered is this listener's advertised endpoint.
+
+The answer is assembled from topics already encoded, as Kafka answers from its metadata cache:
+each topic's bytes are kept per version until the topic changes, and the every-topic form
+(no ACLs to filter by) is kept whole per version until any topic changes, so a full answer for
+tens of thousands of partitions costs a few list operations on the loop, not one message
+object per partition. The bytes are those kafka-python encodes for the same answer.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import weakref
+from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.metadata import MetadataResponse
 
 from broker.apis.add_partitions_to_txn import INTERNAL_TOPICS
 from broker.apis.authorize import allowed, authorized_ops, cluster_allowed, cluster_ops
-from broker.metadata.file_store import TopicInfo
+from broker.metadata.file_store import MetadataStore, TopicInfo
 from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
+from protocol.templates import (
+    MetadataTopics,
+    PackedMetadataResponse,
+    metadata_partition_around,
+    metadata_topic_of_like_partitions,
+)
 
 if TYPE_CHECKING:
     from broker.apis.context import ApiContext
@@ -32,45 +45,63 @@ PartitionMeta = Topic.MetadataResponsePartition
 DESCRIBE, TOPIC = AclOperation.DESCRIBE, ResourceType.TOPIC
 
 
-def handle(ctx: ApiContext, request: Request) -> MetadataResponse:
+def handle(ctx: ApiContext, request: Request) -> PackedMetadataResponse:
     req = request.body
     version = request.version
     store = ctx.topics.metadata
+    cache = metadata_cache(store)
+    node = ctx.node.node_id
     on = ctx.authorizer.enabled
+    pieces: list[MetadataTopics]
     if req.topics is None or (version == 0 and not req.topics):
-        topics = [_describe(ctx, t) for t in list(store.topics.values())
-                  if not on or allowed(ctx, request, DESCRIBE, TOPIC, t.name,
-                                       log_if_denied=False)]
+        if on:
+            pieces = [cache.topic(t, node) for t in list(store.topics.values())
+                      if allowed(ctx, request, DESCRIBE, TOPIC, t.name, log_if_denied=False)]
+        else:
+            pieces = [cache.every_topic(store, node)]
     else:
         allow_create = req.allow_auto_topic_creation if version >= 4 else True
-        topics = _requested(ctx, request, req.topics, allow_create)
+        pieces = _requested(ctx, request, req.topics, allow_create, cache)
     if version >= 8 and getattr(req, "include_topic_authorized_operations", False):
-        for topic in topics:
-            if topic.name is not None and topic.error_code != ErrorCode.TOPIC_AUTHORIZATION_FAILED:
-                topic.authorized_operations = authorized_ops(ctx, request, TOPIC, topic.name,
-                                                             True)
+        pieces = [_with_authorized_ops(ctx, request, piece, node) for piece in pieces]
     host, port = ctx.node.address(request.connection.session.listener)
     cluster_asked = 8 <= version <= 10 and bool(
         getattr(req, "include_cluster_authorized_operations", False))
-    return MetadataResponse(
-        throttle_time_ms=0,
-        brokers=[MetadataResponse.MetadataResponseBroker(node_id=ctx.node.node_id, host=host,
-                                                         port=port, rack=None)],
-        cluster_id=store.cluster_id,
-        controller_id=ctx.node.node_id,
-        topics=topics,
-        authorized_operations=cluster_ops(ctx, request, cluster_asked),
-    )
+    return PackedMetadataResponse({
+        "throttle_time_ms": 0,
+        "brokers": [MetadataResponse.MetadataResponseBroker(node_id=node, host=host,
+                                                            port=port, rack=None)],
+        "cluster_id": store.cluster_id,
+        "controller_id": node,
+        "authorized_operations": cluster_ops(ctx, request, cluster_asked),
+    }, pieces)
 
 
-def _requested(ctx: ApiContext, request: Request, wanted: list, allow_create: bool
-               ) -> list[Topic]:
+def _with_authorized_ops(ctx: ApiContext, request: Request, piece: MetadataTopics,
+                         node: int) -> MetadataTopics:
+    """The piece with each described topic's authorized operations (the principal's, so never
+    kept): a described topic is encoded afresh with them, an error topic keeps none."""
+    if isinstance(piece, _EveryTopic):
+        return MetadataTopics([m for t in piece.described
+                               for m in _with_authorized_ops(ctx, request, t, node).messages()])
+    if isinstance(piece, _LedTopic):
+        ops = authorized_ops(ctx, request, TOPIC, piece.info.name, True)
+        return _LedTopic(piece.info, node, ops)
+    for topic in piece.topics:
+        if topic.name is not None and topic.error_code != ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+            topic.authorized_operations = authorized_ops(ctx, request, TOPIC, topic.name, True)
+    return piece
+
+
+def _requested(ctx: ApiContext, request: Request, wanted: list, allow_create: bool,
+               cache: MetadataCache) -> list[MetadataTopics]:
     """The named topics (or ids) in Kafka's answer order: unknown ids, the described topics,
     those refused creation, those refused description."""
     store = ctx.topics.metadata
+    node = ctx.node.node_id
     on = ctx.authorizer.enabled
     unknown_ids: list[Topic] = []
-    described: list[Topic] = []
+    described: list[MetadataTopics] = []
     refused_create: list[Topic] = []
     refused_describe: list[Topic] = []
     seen: set[object] = set()
@@ -90,7 +121,7 @@ def _requested(ctx: ApiContext, request: Request, wanted: list, allow_create: bo
                 refused_describe.append(_error(None, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                                                topic_id))
             else:
-                described.append(_describe(ctx, info))
+                described.append(cache.topic(info, node))
             continue
         if on and not allowed(ctx, request, DESCRIBE, TOPIC, name):
             refused_describe.append(_error(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
@@ -106,39 +137,158 @@ def _requested(ctx: ApiContext, request: Request, wanted: list, allow_create: bo
                     refused_create.append(_error(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                                                  internal=name in INTERNAL_TOPICS))
                     continue
-            described.append(_lookup(ctx, name, allow_create))
+            described.append(_lookup(ctx, name, allow_create, cache))
             continue
-        described.append(_describe(ctx, info))
-    return unknown_ids + described + refused_create + refused_describe
+        described.append(cache.topic(info, node))
+    pieces: list[MetadataTopics] = []
+    if unknown_ids:
+        pieces.append(MetadataTopics(unknown_ids))
+    pieces += described
+    if refused_create or refused_describe:
+        pieces.append(MetadataTopics(refused_create + refused_describe))
+    return pieces
 
 
-def _lookup(ctx: ApiContext, name: str, allow_create: bool) -> Topic:
+def _lookup(ctx: ApiContext, name: str, allow_create: bool, cache: MetadataCache
+            ) -> MetadataTopics:
     """A topic not in the metadata: auto-created when allowed, else UNKNOWN_TOPIC_OR_PARTITION."""
     if not allow_create:
-        return _error(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return MetadataTopics([_error(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)])
     try:
         info = ctx.topics.auto_create(name)
     except KafkaError as exc:
-        return _error(name, exc.error_code)
+        return MetadataTopics([_error(name, exc.error_code)])
     if info is None:
-        return _error(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return MetadataTopics([_error(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)])
     # Kafka answers LEADER_NOT_AVAILABLE right after creation; our leader exists at once.
-    return _describe(ctx, info)
-
-
-def _describe(ctx: ApiContext, info: TopicInfo) -> Topic:
-    node = ctx.node.node_id
-    parts = [
-        PartitionMeta(error_code=0, partition_index=i, leader_id=node, leader_epoch=0,
-                      replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
-        for i in range(info.partitions)
-    ]
-    internal = info.name.startswith("__")  # __consumer_offsets
-    return Topic(error_code=0, name=info.name, topic_id=info.topic_id, is_internal=internal,
-                 partitions=parts, authorized_operations=None)
+    return cache.topic(info, ctx.node.node_id)
 
 
 def _error(name: str | None, code: ErrorCode, topic_id: object = None,
            internal: bool = False) -> Topic:
     return Topic(error_code=code, name=name, topic_id=topic_id, is_internal=internal,
                  partitions=[], authorized_operations=None)
+
+
+# -- the metadata cache ---------------------------------------------------------------------------
+
+
+#: (version, node) -> a led partition's bytes around its index: the same for every topic.
+_around: dict[tuple[int, int], tuple[bytes, bytes]] = {}
+
+
+class _LedTopic(MetadataTopics):
+    """A topic whose every partition this broker leads, alone in its ISR: its encoded bytes
+    per version, kept until the topic changes (a new TopicInfo, or more partitions)."""
+
+    __slots__ = ("info", "partitions", "node", "ops", "by_version")
+
+    def __init__(self, info: TopicInfo, node: int, ops: Any = None) -> None:
+        super().__init__([])
+        self.info = info
+        self.partitions = info.partitions
+        self.node = node
+        self.ops = ops  # the principal's authorized operations (then never kept), or None
+        self.by_version: dict[int, bytes] = {}
+
+    def current(self, info: TopicInfo, node: int) -> bool:
+        return self.info is info and self.partitions == info.partitions and self.node == node
+
+    @property
+    def count(self) -> int:
+        return 1
+
+    def encoded(self, version: int) -> bytes:
+        data = self.by_version.get(version)
+        if data is None:
+            around = _around.get((version, self.node))
+            if around is None:
+                around = _around[(version, self.node)] = metadata_partition_around(
+                    self._partition(0), version)
+            data = metadata_topic_of_like_partitions(self._topic([]), around, self.partitions,
+                                                     version)
+            self.by_version[version] = data
+        return data
+
+    def messages(self) -> list[Any]:
+        return [self._topic([self._partition(i) for i in range(self.partitions)])]
+
+    def count_errors(self, errors: dict[int, int]) -> None:
+        return None  # no error, on the topic or any partition
+
+    def _topic(self, partitions: list[Any]) -> Topic:
+        info = self.info
+        return Topic(error_code=0, name=info.name, topic_id=info.topic_id,
+                     is_internal=info.name.startswith("__"),  # __consumer_offsets
+                     partitions=partitions, authorized_operations=self.ops)
+
+    def _partition(self, index: int) -> Any:
+        node = self.node
+        return PartitionMeta(error_code=0, partition_index=index, leader_id=node,
+                             leader_epoch=0, replica_nodes=[node], isr_nodes=[node],
+                             offline_replicas=[])
+
+
+class _EveryTopic(MetadataTopics):
+    """Every topic in the store's order, encoded together per version: the full answer."""
+
+    __slots__ = ("described", "epoch", "node", "by_version")
+
+    def __init__(self, described: list[_LedTopic], epoch: int, node: int) -> None:
+        super().__init__([])
+        self.described = described
+        self.epoch = epoch
+        self.node = node
+        self.by_version: dict[int, bytes] = {}
+
+    @property
+    def count(self) -> int:
+        return len(self.described)
+
+    def encoded(self, version: int) -> bytes:
+        data = self.by_version.get(version)
+        if data is None:
+            data = b"".join(t.encoded(version) for t in self.described)
+            self.by_version[version] = data
+        return data
+
+    def messages(self) -> list[Any]:
+        return [m for t in self.described for m in t.messages()]
+
+    def count_errors(self, errors: dict[int, int]) -> None:
+        return None
+
+
+class MetadataCache:
+    """Kafka's metadata cache for this broker's answers: each topic's encoded piece, and the
+    every-topic answer, rebuilt only for what changed since (the store's epoch says when)."""
+
+    def __init__(self) -> None:
+        self.led: dict[str, _LedTopic] = {}
+        self.every: _EveryTopic | None = None
+
+    def topic(self, info: TopicInfo, node: int) -> _LedTopic:
+        led = self.led.get(info.name)
+        if led is None or not led.current(info, node):
+            led = self.led[info.name] = _LedTopic(info, node)
+        return led
+
+    def every_topic(self, store: MetadataStore, node: int) -> _EveryTopic:
+        every = self.every
+        if (every is None or every.epoch != store.epoch or every.node != node
+                or every.count != len(store.topics)):
+            described = [self.topic(info, node) for info in store.topics.values()]
+            self.led = {t.info.name: t for t in described}  # deleted topics go
+            every = self.every = _EveryTopic(described, store.epoch, node)
+        return every
+
+
+_caches: weakref.WeakKeyDictionary[MetadataStore, MetadataCache] = weakref.WeakKeyDictionary()
+
+
+def metadata_cache(store: MetadataStore) -> MetadataCache:
+    """The cache of one broker's metadata (the store's, so an embedded broker has its own)."""
+    cache = _caches.get(store)
+    if cache is None:
+        cache = _caches[store] = MetadataCache()
+    return cache

@@ -1,17 +1,27 @@
 """Cluster metadata of one broker: topics, their ids, partition counts and config overrides.
 
-Kafka keeps this in the KRaft metadata log; a single broker keeps it in one JSON file, replaced
-atomically (write, fsync, rename) so a crash leaves either the old or the new version.
+Kafka keeps this in the KRaft metadata log; a single broker keeps it in a JSON snapshot,
+replaced atomically (write, fsync, rename) so a crash leaves either the old or the new version,
+and a journal of the topic changes made since (one checksummed line each, fsynced): recording
+a topic costs one short append, not a rewrite of every topic. A line torn by a crash fails its
+checksum and is dropped whole, so a topic is recorded entirely or not at all. When the journal
+holds about as many changes as the snapshot holds topics, the snapshot is rewritten and the
+journal starts over (amortised O(1) per change); both carry a generation, so a journal the
+newer snapshot already includes is never replayed twice.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import uuid
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from broker.log import disk
 from broker.log.disk import atomic_write
 from broker.log.validator import (
     COMPRESSION_LEVELS,
@@ -204,19 +214,28 @@ class TopicInfo:
 
 class MetadataStore:
     """Topics by name and by id, and the broker's dynamic configs, persisted in
-    `<first log dir>/mini-broker-topics.json`.
+    `<first log dir>/mini-broker-topics.json` and the journal beside it.
 
     ``broker_configs`` maps a BROKER resource name ("" for the cluster default, or a node id)
     to its dynamic overrides, as Kafka keeps them beside the topic configs in its metadata.
     ``acls`` (the authorizer's bindings) and ``scram_credentials`` (user -> mechanism -> salted
     keys, never a password) are kept here too, as Kafka keeps both in its metadata log; each is
-    read and written only by its owner (broker/security/), as plain JSON values.
+    read and written only by its owner (broker/security/), as plain JSON values, and saved with
+    ``save()`` (a new snapshot). Topic changes go through ``add``, ``remove``,
+    ``set_partitions`` and ``set_configs``, which journal them.
+
+    ``epoch`` counts topic changes, so what is built from the topics (the Metadata answer's
+    pieces) knows when it is stale without comparing them.
     """
 
     FILE = "mini-broker-topics.json"
+    JOURNAL = "mini-broker-topics.journal"
+    #: Changes journaled before a new snapshot, at the least (else: as many as there are topics).
+    MIN_COMPACTION_RECORDS = 64
 
     def __init__(self, log_dir: Path) -> None:
         self.path = log_dir / self.FILE
+        self.journal_path = log_dir / self.JOURNAL
         self.topics: dict[str, TopicInfo] = {}
         self.by_id: dict[uuid.UUID, TopicInfo] = {}
         self.broker_configs: dict[str, dict[str, str]] = {}
@@ -224,11 +243,15 @@ class MetadataStore:
         self.acls: list[dict[str, object]] = []
         self.scram_credentials: dict[str, dict[str, dict[str, object]]] = {}
         self.cluster_id = ""
+        self.epoch = 0
+        self.generation = 0  # of the snapshot; the journal replays only onto its own
+        self.journal_records = 0
 
     def load(self) -> None:
         if self.path.exists():
             doc = json.loads(self.path.read_text())
             self.cluster_id = doc["cluster_id"]
+            self.generation = int(doc.get("generation", 0))
             for t in doc["topics"]:
                 self._index(TopicInfo(t["name"], uuid.UUID(t["id"]), t["partitions"],
                                       t["configs"]))
@@ -237,13 +260,17 @@ class MetadataStore:
             self.group_configs = {g: dict(c) for g, c in doc.get("group_configs", {}).items()}
             self.acls = list(doc.get("acls", []))
             self.scram_credentials = dict(doc.get("scram_credentials", {}))
+            self._replay()
         else:
             self.cluster_id = _base64_uuid(uuid.uuid4())
             self.save()
 
     def save(self) -> None:
+        """A new snapshot of everything, and an empty journal after it."""
+        generation = self.generation + 1
         doc = {
             "cluster_id": self.cluster_id,
+            "generation": generation,
             "topics": [
                 {"name": t.name, "id": str(t.topic_id), "partitions": t.partitions,
                  "configs": t.configs}
@@ -257,22 +284,140 @@ class MetadataStore:
                                   if creds},
         }
         atomic_write(self.path, json.dumps(doc, indent=1).encode())
+        self.generation = generation
+        # A crash here leaves the old journal, whose generation no longer matches: ignored.
+        atomic_write(self.journal_path, _journal_line({"generation": generation}))
+        self.journal_records = 0
 
+    # -- topic changes, journaled -----------------------------------------------------------------
     def add(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
         info = TopicInfo(name, uuid.uuid4(), partitions, dict(configs))
+        self._record({"op": "add", "name": name, "id": str(info.topic_id),
+                      "partitions": partitions, "configs": info.configs})
         self._index(info)
-        self.save()
+        self.epoch += 1
+        self._maybe_compact()
         return info
 
     def remove(self, name: str) -> TopicInfo:
-        info = self.topics.pop(name)
+        info = self.topics[name]
+        self._record({"op": "remove", "name": name})
+        del self.topics[name]
         del self.by_id[info.topic_id]
-        self.save()
+        self.epoch += 1
+        self._maybe_compact()
         return info
+
+    def set_partitions(self, name: str, partitions: int) -> None:
+        """Grow a topic (CreatePartitions)."""
+        self._record({"op": "partitions", "name": name, "partitions": partitions})
+        self.topics[name].partitions = partitions
+        self.epoch += 1
+        self._maybe_compact()
+
+    def set_configs(self, name: str, configs: dict[str, str]) -> None:
+        """Replace a topic's config overrides."""
+        self._record({"op": "configs", "name": name, "configs": dict(configs)})
+        self.topics[name].configs = dict(configs)
+        self.epoch += 1
+        self._maybe_compact()
+
+    def _record(self, change: dict[str, object]) -> None:
+        """Append one change and fsync it: once this returns, the change survives a crash."""
+        if not self.journal_path.exists():  # a snapshot of an older broker: start the journal
+            atomic_write(self.journal_path, _journal_line({"generation": self.generation}))
+        fd = disk.open_file(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                view = memoryview(_journal_line(change))
+                while view:
+                    view = view[disk.write(fd, view):]
+                disk.fsync(fd)
+            except OSError:
+                # Never leave half a line for the next change to follow (replay stops there).
+                with contextlib.suppress(OSError):
+                    disk.ftruncate(fd, size)
+                raise
+        finally:
+            os.close(fd)
+        self.journal_records += 1
+
+    def _maybe_compact(self) -> None:
+        if self.journal_records >= max(self.MIN_COMPACTION_RECORDS, len(self.topics)):
+            self.save()
+
+    def _replay(self) -> None:
+        """Apply the journal's changes made after the snapshot; a torn or corrupt line ends it
+        (nothing after a crash's torn append was ever acknowledged) and is cut off."""
+        try:
+            data = self.journal_path.read_bytes()
+        except FileNotFoundError:
+            return
+        good_end = 0
+        records = 0
+        position = 0
+        while position < len(data):
+            newline = data.find(b"\n", position)
+            if newline < 0:
+                break
+            change = _parse_line(data[position:newline])
+            if change is None:
+                break
+            if position == 0:
+                if change.get("generation") != self.generation:
+                    return  # the snapshot already holds every change of this journal
+            else:
+                self._apply(change)
+                records += 1
+            position = good_end = newline + 1
+        if good_end < len(data):
+            with open(self.journal_path, "r+b") as f:
+                f.truncate(good_end)
+                os.fsync(f.fileno())
+        self.journal_records = records
+
+    def _apply(self, change: dict[str, object]) -> None:
+        op, name = change.get("op"), change.get("name")
+        if op == "add":
+            replaced = self.topics.get(str(name))
+            if replaced is not None:
+                del self.by_id[replaced.topic_id]
+            self._index(TopicInfo(str(name), uuid.UUID(str(change["id"])),
+                                  int(change["partitions"]),  # type: ignore[call-overload]
+                                  dict(change["configs"])))  # type: ignore[call-overload]
+            return
+        info = self.topics.get(str(name))
+        if info is None:
+            return
+        if op == "remove":
+            del self.topics[info.name]
+            del self.by_id[info.topic_id]
+        elif op == "partitions":
+            info.partitions = int(change["partitions"])  # type: ignore[call-overload]
+        elif op == "configs":
+            info.configs = dict(change["configs"])  # type: ignore[call-overload]
 
     def _index(self, info: TopicInfo) -> None:
         self.topics[info.name] = info
         self.by_id[info.topic_id] = info
+
+
+def _journal_line(change: dict[str, object]) -> bytes:
+    """``<crc32 of the JSON, 8 hex digits> <JSON>\\n``: a torn or altered line fails the check."""
+    body = json.dumps(change, separators=(",", ":")).encode()
+    return b"%08x %s\n" % (zlib.crc32(body), body)
+
+
+def _parse_line(line: bytes) -> dict[str, object] | None:
+    crc, _, body = line.partition(b" ")
+    try:
+        if int(crc, 16) != zlib.crc32(body):
+            return None
+        change = json.loads(body)
+    except ValueError:
+        return None
+    return change if isinstance(change, dict) else None
 
 
 def _base64_uuid(u: uuid.UUID) -> str:

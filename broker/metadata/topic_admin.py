@@ -29,6 +29,8 @@ from protocol.errors import ErrorCode, KafkaError
 
 logger = structlog.get_logger("broker")
 
+_MAX_LOG_CONFIGS = 1024  # distinct sets of topic overrides whose LogConfig is kept
+
 
 def topic_defaults(config: BrokerConfig) -> dict[str, str]:
     """Each topic config's value when a topic does not override it: the broker's key's, or
@@ -54,6 +56,7 @@ class TopicAdmin:
         self.metadata = metadata
         self.log_manager = log_manager
         self.replica_manager = replica_manager
+        self._log_configs: dict[tuple[tuple[str, str], ...], LogConfig] = {}
         if dynamic is None:
             dynamic = DynamicBrokerConfig(config, metadata)
             dynamic.load()
@@ -73,7 +76,15 @@ class TopicAdmin:
         return topic_defaults(self.config)
 
     def log_config(self, overrides: dict[str, str]) -> LogConfig:
-        return log_config(self.config, overrides)
+        """Built once per set of overrides (every partition of a topic asks), until the
+        broker's defaults change; the LogConfig is shared, never changed in place."""
+        key = tuple(sorted(overrides.items()))
+        cfg = self._log_configs.get(key)
+        if cfg is None:
+            if len(self._log_configs) >= _MAX_LOG_CONFIGS:
+                self._log_configs.clear()
+            cfg = self._log_configs[key] = log_config(self.config, overrides)
+        return cfg
 
     def topic_overrides(self, name: str) -> dict[str, str]:
         """A topic's own configs (empty for an unknown topic, as Kafka's config store)."""
@@ -95,17 +106,13 @@ class TopicAdmin:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name}")
         if validate_only:
             return
-        before, info.configs = info.configs, dict(configs)
-        try:
-            self.metadata.save()
-        except BaseException:
-            info.configs = before
-            raise
+        self.metadata.set_configs(name, configs)
         self._apply(info)
         logger.info("topic configs altered", topic=name, configs=configs)
 
     def refresh_all(self) -> None:
         """The broker's topic defaults changed: every topic's logs take their new config."""
+        self._log_configs.clear()
         self.log_manager.default_config = self.log_config({})
         for info in list(self.metadata.topics.values()):
             self._apply(info)
@@ -186,8 +193,7 @@ class TopicAdmin:
         if validate_only:
             return
         old = info.partitions
-        info.partitions = total
-        self.metadata.save()
+        self.metadata.set_partitions(name, total)
         for index in range(old, total):
             self._open_partition(info, index)
         logger.info("partitions added", topic=name, partitions=total)

@@ -19,7 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from protocol.errors import ErrorCode
 from protocol.registry import APIS, FETCH_KEY, PRODUCE_KEY
-from protocol.templates import PackedFetchResponse, SinglePartitionProduceResponse
+from protocol.templates import (
+    PackedFetchResponse,
+    PackedMetadataResponse,
+    SinglePartitionProduceResponse,
+)
 
 if TYPE_CHECKING:
     from broker.network.request import Request
@@ -247,6 +251,20 @@ def _fetch_counter(version: int, bytes_out: dict[Any, int]
     return count
 
 
+def _metadata_counter(tree: ErrorTree) -> Callable[[Any, dict[int, int]], None]:
+    """Metadata: a packed answer counts its own errors (only its error topics have any),
+    without building a message per partition."""
+    generic = _generic_counter(tree)
+
+    def count(response: Any, errors: dict[int, int]) -> None:
+        if type(response) is PackedMetadataResponse:
+            response.count_errors(errors)
+        else:
+            generic(response, errors)
+
+    return count
+
+
 def request_stats(api_key: int, version: int, timings: ApiTimings,
                   topic_bytes_out: dict[Any, int]) -> RequestStats:
     """The stats of one (API, version), with the error counter its response shape needs."""
@@ -257,6 +275,8 @@ def request_stats(api_key: int, version: int, timings: ApiTimings,
         counter = _count_produce_errors
     elif api_key == FETCH_KEY:
         counter = _fetch_counter(version, topic_bytes_out)
+    elif spec.response is PackedMetadataResponse.message_type:
+        counter = _metadata_counter(_error_tree(spec.response._struct._fields, version))
     else:
         counter = _generic_counter(_error_tree(spec.response._struct._fields, version))
     return RequestStats(spec.name, version, timings, counter)

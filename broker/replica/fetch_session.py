@@ -32,7 +32,7 @@ class CachedPartition:
     log_start_offset: int = -2
 
 
-@dataclass
+@dataclass(slots=True)
 class FetchSession:
     session_id: int
     epoch: int  # the epoch the next request must carry

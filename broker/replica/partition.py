@@ -24,13 +24,15 @@ HIGH_WATERMARK = -1
 
 class Partition:
     __slots__ = (
-        "topic", "index", "log", "high_watermark", "leader_epoch", "hw_gated_by_flush",
+        "topic", "index", "key", "log", "high_watermark", "leader_epoch", "hw_gated_by_flush",
         "appended_bytes", "hw_bytes", "flush_pending", "flush_again", "_unwritten",
     )
 
     def __init__(self, topic: str, index: int, log: Log, hw_gated_by_flush: bool) -> None:
         self.topic = topic
         self.index = index
+        # (topic, index), made once: every dict keyed by partition shares this one tuple.
+        self.key: tuple[str, int] = (topic, index)
         self.log = log
         self.high_watermark = log.log_end_offset  # recovered data is durable
         log.on_high_watermark_updated(self.high_watermark)
@@ -42,12 +44,9 @@ class Partition:
         self.hw_bytes = 0
         self.flush_pending = False
         self.flush_again = False
-        # (end offset, appended bytes) of each append still queued for the log dir's writer.
-        self._unwritten: deque[tuple[int, int]] = deque()
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.topic, self.index)
+        # (end offset, appended bytes) of each append still queued for the log dir's writer;
+        # made on the first such append (an empty deque is 600 bytes, times every partition).
+        self._unwritten: deque[tuple[int, int]] | None = None
 
     @property
     def log_end_offset(self) -> int:
@@ -117,6 +116,8 @@ class Partition:
         self.appended_bytes += info.size
         if self.hw_gated_by_flush:
             if info.size and self.log.writes_on_writer:
+                if self._unwritten is None:
+                    self._unwritten = deque()
                 self._unwritten.append((self.log.log_end_offset, self.appended_bytes))
             return info, False
         return info, self.advance_high_watermark(self.log.log_end_offset, self.appended_bytes)
@@ -125,6 +126,8 @@ class Partition:
         """The log dir's writer wrote and fsynced everything below ``end_offset``: the high
         watermark follows while gated by the flush. Whether it moved."""
         unwritten = self._unwritten
+        if unwritten is None:
+            return False
         at_bytes = -1
         while unwritten and unwritten[0][0] <= end_offset:
             at_bytes = unwritten.popleft()[1]
