@@ -121,6 +121,9 @@ class LogManager:
         self.failure_channel.add_listener(self._on_log_dir_failure)
         self.logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
+        #: logs per dir, kept with ``_dir_of``: where the next log goes, without a count over
+        #: every log per new partition
+        self._logs_in: dict[Path, int] = dict.fromkeys(self.log_dirs, 0)
         self._lock_fds: list[int] = []
         #: the log cleaner, once ``start_cleaner`` ran (compaction of ``compact`` logs)
         self.cleaner: LogCleaner | None = None
@@ -289,7 +292,10 @@ class LogManager:
     # -- logs ------------------------------------------------------------------------------------
     def _add(self, tp: TopicPartition, log: Log, log_dir: Path) -> None:
         self.logs[tp] = log
-        self._dir_of[tp] = log_dir
+        if self._dir_of.get(tp) != log_dir:
+            self._unplace(tp)
+            self._dir_of[tp] = log_dir
+            self._logs_in[log_dir] = self._logs_in.get(log_dir, 0) + 1
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -319,10 +325,8 @@ class LogManager:
         existing = self.logs.get(tp)
         if existing is not None:
             return existing
-        counts = {d: 0 for d in self.log_dirs}
-        for d in self._dir_of.values():
-            counts[d] += 1
-        for log_dir in sorted(self.live_log_dirs, key=lambda d: counts[d]):
+        counts = self._logs_in
+        for log_dir in sorted(self.live_log_dirs, key=lambda d: counts.get(d, 0)):
             path = log_dir / f"{topic}-{partition}"
             existed = path.exists()
             try:
@@ -374,7 +378,7 @@ class LogManager:
                 log.delete()
             if cleaner is not None:
                 cleaner.remove_partition(tp)
-            self._dir_of.pop(tp, None)
+            self._unplace(tp)
         finally:
             if cleaner is not None:
                 cleaner.resume(tp)
@@ -415,6 +419,11 @@ class LogManager:
                 self._checkpoint_dir(log_dir)
             except OSError as e:
                 self._dir_failed(log_dir, "writing the offset checkpoints", e)
+
+    def _unplace(self, tp: TopicPartition) -> None:
+        log_dir = self._dir_of.pop(tp, None)
+        if log_dir is not None:
+            self._logs_in[log_dir] -= 1
 
     def _checkpoint_dir(self, log_dir: Path) -> None:
         recovery: dict[TopicPartition, int] = {}
