@@ -32,7 +32,7 @@ venv:
 define pip_step
 	@if [ ! -f $(VENV)/$(1) ] || [ pyproject.toml -nt $(VENV)/$(1) ]; then \
 	  echo "==> installing $(2) into $(VENV)"; \
-	  $(BIN)/python -m pip install -q -e '.$(3)' && touch $(VENV)/$(1); fi
+	  PYTHONWARNINGS=ignore $(BIN)/python -m pip install -q -e '.$(3)' && touch $(VENV)/$(1); fi
 endef
 
 # The broker alone (about 80 MB); the targets below add the extras they need.
