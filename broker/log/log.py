@@ -34,6 +34,7 @@ Invariants:
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import struct
@@ -191,6 +192,8 @@ class Log:
         self.dir = Path(dir)
         self.clock = SYSTEM_WALL_CLOCK if clock is None else clock
         self.config = config
+        #: Draws each segment's roll jitter in [0, n): Kafka's per-segment random jitter.
+        self.jitter_rng: Callable[[int], int] = random.randrange
         self.topic = topic
         self.partition = partition
         channel = failure_channel if failure_channel is not None else LogDirFailureChannel()
@@ -308,6 +311,7 @@ class Log:
         self.segments = segments
         self._bases = [s.base_offset for s in segments]
         active = segments[-1]
+        active.roll_jitter_ms = self.config.random_segment_jitter(self.jitter_rng)
         try:
             next_offset, end = active.scan_tail()
             if end != active.size:
@@ -864,6 +868,7 @@ class Log:
             now_ms,
             self.config.segment_bytes,
             self.config.roll_ms,
+            self.config.max_index_size,
         ):
             return self.roll(now_ms)
         return segment
@@ -881,6 +886,7 @@ class Log:
         new_base = self._next_offset
         segment = LogSegment(self.dir, new_base, self._index_interval(),
                              now_ms=self.clock.wall_ms() if now_ms is None else now_ms)
+        segment.roll_jitter_ms = self.config.random_segment_jitter(self.jitter_rng)
         active.on_become_inactive()
         with self._lock:
             self.segments.append(segment)
