@@ -80,3 +80,59 @@ def test_segment_rolls_when_its_time_index_is_full(tmp_path: Path) -> None:
     assert [s.base_offset for s in log.segments] == [0, 3, 6]
     assert [(len(s.time_index), len(s.offset_index)) for s in log.segments[:2]] == [(2, 2)] * 2
     log.close()
+
+
+def _names(d: Path) -> list[str]:
+    return sorted(p.name for p in d.iterdir() if p.suffix != ".snapshot")
+
+
+def test_retention_renames_segments_deleted_and_removes_them_after_the_delay(
+        tmp_path: Path) -> None:
+    d = tmp_path / "t-0"
+    one = len(batch(1))
+    log = Log(d, LogConfig(segment_bytes=one, retention_ms=1000, file_delete_delay_ms=500),
+              "t", 0)
+    now = T0 + 10_000
+    for ts in (T0, T0 + 1, now):  # the last is recent: its segment stays
+        log.append(batch(1, ts), T0)
+    first = log.segments[0]
+    log_batch_0 = first.log_path.read_bytes()
+    assert log.delete_old_segments(now) == 2  # the active segment (offset 2) stays
+    assert log.log_start_offset == 2 and log.pending_deletes == 2
+    assert "00000000000000000000.log.deleted" in _names(d)
+    assert "00000000000000000000.log" not in _names(d)
+    held = first.read(0, one, None)  # a reader still holding the segment reads on
+    assert held is not None and bytes(held) == bytes(log_batch_0)
+    assert log.delete_due_segments(now + 499) == 0
+    assert log.delete_due_segments(now + 500) == 2
+    assert log.pending_deletes == 0
+    assert not [n for n in _names(d) if n.endswith(".deleted")]
+    log.close()
+
+
+def test_without_delay_retention_removes_segments_at_once(tmp_path: Path) -> None:
+    d = tmp_path / "t-0"
+    one = len(batch(1))
+    log = Log(d, LogConfig(segment_bytes=one, retention_ms=1000, file_delete_delay_ms=0),
+              "t", 0)
+    for ts in (T0, T0 + 10_000):
+        log.append(batch(1, ts), T0)
+    assert log.delete_old_segments(T0 + 10_000) == 1
+    assert log.pending_deletes == 0
+    assert not [n for n in _names(d) if n.startswith("00000000000000000000")]
+    log.close()
+
+
+def test_close_removes_the_deleted_files_still_waiting(tmp_path: Path) -> None:
+    d = tmp_path / "t-0"
+    one = len(batch(1))
+    log = Log(d, LogConfig(segment_bytes=one, retention_ms=1000), "t", 0)  # delay 60 s
+    for ts in (T0, T0 + 10_000):
+        log.append(batch(1, ts), T0)
+    assert log.delete_old_segments(T0 + 10_000) == 1
+    assert any(n.endswith(".deleted") for n in _names(d))
+    log.close()
+    assert not [n for n in _names(d) if n.endswith(".deleted")]
+    reopened = Log(d, LogConfig(), "t", 0)
+    assert reopened.log_start_offset == 1 and reopened.log_end_offset == 2
+    reopened.close()
