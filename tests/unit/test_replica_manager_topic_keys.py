@@ -1,5 +1,6 @@
 """Topic keys the replica manager applies: file.delete.delay.ms (retention's ``.deleted``
-files removed by the timer once the delay has passed)."""
+files removed by the timer once the delay has passed) and min.insync.replicas (Kafka 4's
+effective min ISR, capped at the replication factor: one replica here)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from protocol.errors import ErrorCode
 from tests.support.components import Components, build, settle
-from tests.unit.test_replica_manager import TOPIC, TP, produce
+from tests.unit.test_replica_manager import TOPIC, TP, produce, wait
 
 
 @pytest.fixture
@@ -41,3 +42,11 @@ async def test_retention_files_go_when_file_delete_delay_passes(parts: Component
     await parts.advance(1)
     assert log.pending_deletes == 0 and _deleted_files(parts) == []
 
+
+async def test_acks_all_with_min_insync_above_the_replicas_is_appended(
+        parts: Components) -> None:
+    """Kafka 4 compares the ISR with min(min.insync.replicas, replication factor): with one
+    replica, min.insync.replicas=2 never refuses an acks=all produce."""
+    parts.topics.create_topic(TOPIC, 1, {"min.insync.replicas": "2"})
+    answer = await wait(produce(parts, [b"x"], acks=-1), "acks=all produce")
+    assert answer[TP].error == ErrorCode.NONE and answer[TP].base_offset == 0
