@@ -37,6 +37,9 @@ class LogConfig:
     min_compaction_lag_ms: int = 0  # log.cleaner.min.compaction.lag.ms
     max_compaction_lag_ms: int = LONG_MAX  # log.cleaner.max.compaction.lag.ms
     min_cleanable_dirty_ratio: float = 0.5  # log.cleaner.min.cleanable.ratio
+    roll_jitter_ms: int = 0  # log.roll.jitter.ms: most a segment's roll comes early
+    max_index_size: int = 10 * 1024 * 1024  # log.index.size.max.bytes: an index's most bytes
+    file_delete_delay_ms: int = 60_000  # log.segment.delete.delay.ms
 
     @property
     def compact(self) -> bool:
@@ -74,6 +77,14 @@ class LogConfig:
                 raise ValueError(problem)
         if min(self.message_timestamp_before_max_ms, self.message_timestamp_after_max_ms) < 0:
             raise ValueError("message timestamp bounds must be >= 0")
+
+    def random_segment_jitter(self, rng: Callable[[int], int]) -> int:
+        """Kafka's randomSegmentJitter: a new segment's jitter in [0, min(jitter, segment.ms)).
+
+        ``rng(n)`` draws an int in [0, n)."""
+        if self.roll_jitter_ms <= 0:
+            return 0
+        return rng(min(self.roll_jitter_ms, self.roll_ms))
 
     def with_overrides(self, **changes: object) -> LogConfig:
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -114,4 +125,7 @@ _TOPIC_KEYS: dict[str, tuple[str, Callable[[str], object]]] = {
     "min.compaction.lag.ms": ("min_compaction_lag_ms", int),
     "max.compaction.lag.ms": ("max_compaction_lag_ms", int),
     "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", float),
+    "segment.jitter.ms": ("roll_jitter_ms", int),
+    "segment.index.bytes": ("max_index_size", int),
+    "file.delete.delay.ms": ("file_delete_delay_ms", int),
 }

@@ -34,6 +34,7 @@ Invariants:
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import struct
@@ -191,6 +192,8 @@ class Log:
         self.dir = Path(dir)
         self.clock = SYSTEM_WALL_CLOCK if clock is None else clock
         self.config = config
+        #: Draws each segment's roll jitter in [0, n): Kafka's per-segment random jitter.
+        self.jitter_rng: Callable[[int], int] = random.randrange
         self.topic = topic
         self.partition = partition
         channel = failure_channel if failure_channel is not None else LogDirFailureChannel()
@@ -208,6 +211,9 @@ class Log:
         self.last_flush_ms = system_wall_ms() if now_ms is None else now_ms
         self._closed = False
         self._unsynced_snapshots: list[Path] = []  # written at roll, fsynced by the next flush
+        #: (due wall ms, segment): retention's segments, renamed ``.deleted``, waiting for
+        #: file.delete.delay.ms before their files are removed.
+        self._deleted_segments: list[tuple[int, LogSegment]] = []
         self.producer_state = ProducerStateManager(self.dir, topic, partition)
         #: a transaction index failed its check at load: rebuild them all from the log start.
         self._rebuild_txn_indexes = False
@@ -308,6 +314,7 @@ class Log:
         self.segments = segments
         self._bases = [s.base_offset for s in segments]
         active = segments[-1]
+        active.roll_jitter_ms = self.config.random_segment_jitter(self.jitter_rng)
         try:
             next_offset, end = active.scan_tail()
             if end != active.size:
@@ -864,6 +871,7 @@ class Log:
             now_ms,
             self.config.segment_bytes,
             self.config.roll_ms,
+            self.config.max_index_size,
         ):
             return self.roll(now_ms)
         return segment
@@ -881,6 +889,7 @@ class Log:
         new_base = self._next_offset
         segment = LogSegment(self.dir, new_base, self._index_interval(),
                              now_ms=self.clock.wall_ms() if now_ms is None else now_ms)
+        segment.roll_jitter_ms = self.config.random_segment_jitter(self.jitter_rng)
         active.on_become_inactive()
         with self._lock:
             self.segments.append(segment)
@@ -992,6 +1001,7 @@ class Log:
         if self.offline:
             return 0
         try:
+            self.delete_due_segments(now_ms)
             return self._delete_old_segments(now_ms, high_watermark)
         except OSError as e:
             raise self._dir_failed("deleting old segments of", e) from e
@@ -1061,8 +1071,7 @@ class Log:
                 self.recovery_point = self.log_start_offset
             del self.segments[: len(deletable)]
             del self._bases[: len(deletable)]
-            for seg in deletable:
-                seg.delete()
+        self._delete_segment_files(deletable, now_ms)
         # Kafka deletes the snapshots of deleted segments; producers whose last batch went
         # with them are forgotten (see ProducerStateManager.on_log_start_offset_incremented).
         self.producer_state.on_log_start_offset_incremented(self.log_start_offset)
@@ -1076,6 +1085,54 @@ class Log:
                 log_start_offset=self.log_start_offset,
             )
         return len(deletable)
+
+    def _delete_segment_files(self, segments: list[LogSegment], now_ms: int) -> None:
+        """Kafka's asyncDeleteSegment: with file.delete.delay.ms, the segments' files are
+        renamed ``.deleted`` now and removed once the delay has passed, so a reader still
+        holding one keeps reading it (its open descriptors survive the rename); a restart
+        removes leftovers. Without a delay they go at once."""
+        delay = self.config.file_delete_delay_ms
+        with self._lock:
+            for seg in segments:
+                if delay > 0:
+                    seg.change_file_suffix(DELETED_FILE_SUFFIX)
+                    self._deleted_segments.append((now_ms + delay, seg))
+                else:
+                    seg.delete()
+
+    @property
+    def pending_deletes(self) -> int:
+        """Segments renamed ``.deleted`` whose files wait for file.delete.delay.ms."""
+        return len(self._deleted_segments)
+
+    def delete_due_segments(self, now_ms: int) -> int:
+        """Remove the files of the ``.deleted`` segments whose delay has passed by ``now_ms``;
+        returns how many."""
+        with self._lock:
+            due = [seg for at, seg in self._deleted_segments if at <= now_ms]
+            if not due:
+                return 0
+            self._deleted_segments = [(at, seg) for at, seg in self._deleted_segments
+                                      if at > now_ms]
+        try:
+            for seg in due:
+                seg.delete()
+        except OSError as e:
+            raise self._dir_failed("deleting old segment files of", e) from e
+        return len(due)
+
+    def _close_deleted_segments(self, remove: bool) -> None:
+        """At close nobody reads them any more: their descriptors are closed and, when
+        ``remove``, their files removed (else the next load removes ``.deleted`` files)."""
+        deleted, self._deleted_segments = self._deleted_segments, []
+        for _at, seg in deleted:
+            if remove:
+                try:
+                    seg.delete()
+                    continue
+                except OSError:
+                    pass
+            seg.close_quietly()
 
     def maybe_increment_log_start_offset(self, new_start: int, reason: str) -> bool:
         """Move the log start offset up to ``new_start`` (Kafka's maybeIncrementLogStartOffset).
@@ -1179,6 +1236,7 @@ class Log:
                     for seg in self.segments:
                         seg.close()
                     self._closed = True
+                    self._close_deleted_segments(remove=True)
             except OSError as e:
                 raise self._dir_failed("closing", e) from e
         finally:
@@ -1191,6 +1249,7 @@ class Log:
             for seg in self.segments:
                 seg.close_quietly()
             self._closed = True
+            self._close_deleted_segments(remove=False)
 
     def delete(self) -> None:
         """Close without flushing and remove the whole partition directory."""
@@ -1199,6 +1258,7 @@ class Log:
             for seg in self.segments:
                 seg.close_quietly()
             self._closed = True
+            self._close_deleted_segments(remove=False)
             self.segments = []
             self._bases = []
         shutil.rmtree(self.dir, ignore_errors=True)

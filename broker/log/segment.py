@@ -96,7 +96,8 @@ class LogSegment:
     __slots__ = (
         "dir", "base_offset", "index_interval_bytes", "file_suffix", "_fd", "_closed", "_size",
         "offset_index", "time_index", "txn_index", "_bytes_since_last_index_entry",
-        "created_ms", "_max_ts", "_offset_of_max_ts", "_rolling_ts", "__weakref__",
+        "created_ms", "_max_ts", "_offset_of_max_ts", "_rolling_ts", "roll_jitter_ms",
+        "__weakref__",
     )
 
     def __init__(
@@ -140,6 +141,9 @@ class LogSegment:
         self._max_ts: int | None = None  # None: read from the time index when asked
         self._offset_of_max_ts = base_offset
         self._rolling_ts: object = _UNREAD
+        #: Kafka's rollJitterMs: drawn once per segment (segment.jitter.ms), taken off
+        #: segment.ms so that the logs of many partitions do not all roll at once.
+        self.roll_jitter_ms = 0
 
     # -- plain accessors -------------------------------------------------------------------------
     # Paths are built when asked, not held: a Path object per file was most of a partition's
@@ -510,15 +514,25 @@ class LogSegment:
         now_ms: int,
         segment_bytes: int,
         roll_ms: int,
+        max_index_size: int = 1 << 31,
     ) -> bool:
-        """Kafka's shouldRoll: full, old enough (and not empty), or offsets would overflow."""
+        """Kafka's shouldRoll: full, old enough (segment.ms less this segment's jitter, and
+        not empty), an index at its max entries (segment.index.bytes), or offsets would
+        overflow."""
         size = self._size
-        reached_roll_ms = self.time_waited_for_roll(now_ms, max_timestamp_in_messages) > roll_ms
+        waited = self.time_waited_for_roll(now_ms, max_timestamp_in_messages)
         return (
             size > segment_bytes - messages_size
-            or (size > 0 and reached_roll_ms)
+            or (size > 0 and waited > roll_ms - self.roll_jitter_ms)
+            or self.indexes_full(max_index_size)
             or not self.can_append_offset(max_offset_in_messages)
         )
+
+    def indexes_full(self, max_index_size: int) -> bool:
+        """Kafka's offsetIndex.isFull || timeIndex.isFull: an index holds max_index_size
+        bytes' worth of entries (rounded down to whole entries)."""
+        return (len(self.offset_index) >= max_index_size // OffsetIndex.entry_size
+                or len(self.time_index) >= max_index_size // TimeIndex.entry_size)
 
     def on_become_inactive(self) -> None:
         """Record the segment's final max timestamp in the time index, as Kafka does on roll."""

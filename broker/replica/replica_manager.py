@@ -40,7 +40,7 @@ from protocol.record_batch import (
     check_produce_request_version,
     iter_batches,
 )
-from purgatory import Purgatory, Timer, WallClock, system_wall_ms
+from purgatory import Purgatory, Timer, TimerTask, WallClock, system_wall_ms
 
 logger = structlog.get_logger("broker.replica")
 
@@ -396,6 +396,9 @@ class ReplicaManager:
                 logger.info("retention deleted segments", topic=p.topic, partition=p.index,
                             segments=deleted, log_start_offset=p.log_start_offset)
                 self.fetch_purgatory.check_and_complete(p.key)
+                if p.log.pending_deletes:
+                    self.timer.add(_DeleteDueSegments(p.log, ts, self.clock))
+
 
     def _after_append(self, partition: Partition, info: AppendInfo, hw_moved: bool) -> None:
         if hw_moved:
@@ -547,6 +550,29 @@ class ReplicaManager:
 
     def shutdown(self) -> None:
         self._flush_executor.shutdown(wait=True)
+
+
+class _DeleteDueSegments(TimerTask):
+    """Removes a log's ``.deleted`` segment files once file.delete.delay.ms has passed
+    (Kafka's scheduled deleteSegmentFiles); a closed or offline log is left alone."""
+
+    __slots__ = ("_log", "_due_ms", "_clock")
+
+    def __init__(self, log: Log, deleted_at_ms: int, clock: WallClock) -> None:
+        delay = log.config.file_delete_delay_ms
+        super().__init__(delay)
+        self._log = log
+        self._due_ms = deleted_at_ms + delay  # what the retention pass at deleted_at_ms renamed
+        self._clock = clock
+
+    def run(self) -> None:
+        log = self._log
+        if log.closed or log.offline:
+            return
+        try:  # the timer's delay has passed: what it was set for goes, whatever the drift
+            log.delete_due_segments(max(self._clock.wall_ms(), self._due_ms))
+        except KafkaStorageError:
+            pass  # its dir is offline now, reported once
 
 
 def _errors(results: ProduceResults) -> dict[TopicPartition, ErrorCode]:

@@ -34,7 +34,8 @@ def test_size_retention_moves_log_start(broker_factory) -> None:
     })
     logs = b.data_dir / "logs"
     topic = unique_topic("retention")
-    create_topic(b.bootstrap, topic)
+    # Deleted segments are renamed .deleted and removed after file.delete.delay.ms.
+    create_topic(b.bootstrap, topic, config={"file.delete.delay.ms": "500"})
 
     # ~160-byte batches, one per produce: about 12 per segment, about 20 segments in all.
     sent = [Rec(r.key, r.value + b"." * 60, r.headers, r.timestamp)
@@ -72,10 +73,12 @@ def test_size_retention_moves_log_start(broker_factory) -> None:
     assert len(files) < peak <= len(seen), f"no shrink: {len(files)} now, peak {peak}"
     assert {p.name for p in files} == set(sorted(seen)[-len(files):]), "oldest go first"
     assert sum(p.stat().st_size for p in files) >= RETENTION_BYTES, "deleted too much"
-    for name in seen - {p.name for p in files}:
-        stem = name.removesuffix(".log")
-        leftovers = [p.name for p in (logs / f"{topic}-0").glob(f"{stem}.*")]
-        assert not leftovers, f"deleted segment {stem} left files behind: {leftovers}"
+    def leftovers() -> list[str]:
+        return [p.name for name in seen - {p.name for p in files}
+                for p in (logs / f"{topic}-0").glob(f"{name.removesuffix('.log')}.*")]
+
+    wait_until(lambda: not leftovers(), timeout=10, interval=0.2,
+               what="deleted segments' files to go after file.delete.delay.ms")
 
     # The log start offset is the base offset of the oldest segment still on disk.
     batches = disk_batches(logs, topic)
