@@ -97,6 +97,6 @@ def test_a_disagreement_is_named() -> None:
 
 
 def test_helper_modules_declare_nothing() -> None:
-    for name in ("authorize", "context", "deferred"):
+    for name in ("authorize", "context"):
         module = getattr(apis, name)
         assert not hasattr(module, "API_KEY"), name
