@@ -37,7 +37,7 @@ def test_kafka4_stock_server_properties_starts_and_serves(tmp_path) -> None:
         assert warning["keys"] == sorted([
             "process.roles", "controller.quorum.voters", "inter.broker.listener.name",
             "num.network.threads", "socket.send.buffer.bytes", "socket.receive.buffer.bytes",
-            "num.recovery.threads.per.data.dir", "offsets.topic.replication.factor",
+            "offsets.topic.replication.factor",
             "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
             "share.coordinator.state.topic.replication.factor",
             "share.coordinator.state.topic.min.isr"])

@@ -49,7 +49,7 @@ def test_kafka4_stock_file_is_read_whole(tmp_path):
     assert cfg.unused_keys == sorted([
         "process.roles", "controller.quorum.voters", "inter.broker.listener.name",
         "num.network.threads", "socket.send.buffer.bytes", "socket.receive.buffer.bytes",
-        "num.recovery.threads.per.data.dir", "offsets.topic.replication.factor",
+        "offsets.topic.replication.factor",
         "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
         "share.coordinator.state.topic.replication.factor",
         "share.coordinator.state.topic.min.isr"])

@@ -4,13 +4,13 @@ the limit is answered GROUP_MAX_SIZE_REACHED and changes nothing."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from broker.group.classic_group import GroupState, JoinResult
+from broker.replica.delayed_result import Completion
 from protocol.errors import ErrorCode
 from tests.support.components import Components, build
 from tests.unit.test_group_coordinator import GROUP, OVERRIDES, join, join_new, stable_pair, state
@@ -23,9 +23,12 @@ async def capped(tmp_path: Path) -> AsyncIterator[Components]:
     await c.close()
 
 
-def _refused(result: JoinResult | asyncio.Future[JoinResult]) -> bool:
-    return (isinstance(result, JoinResult) and result.error == ErrorCode.GROUP_MAX_SIZE_REACHED
-            and result.member_id == "")
+def _refused(result: Completion[JoinResult]) -> bool:
+    """Answered at once (already done) with GROUP_MAX_SIZE_REACHED and no member id."""
+    if not result.done():
+        return False
+    joined = result.result()
+    return joined.error == ErrorCode.GROUP_MAX_SIZE_REACHED and joined.member_id == ""
 
 
 async def test_a_full_stable_group_refuses_a_new_member_and_keeps_its_own(capped) -> None:
@@ -34,7 +37,7 @@ async def test_a_full_stable_group_refuses_a_new_member_and_keeps_its_own(capped
     assert state(capped) == GroupState.STABLE
     assert set(capped.coordinator.groups[GROUP].members) == {a, b}
     rejoin = join(capped, a)  # a member of the group is never refused
-    assert isinstance(rejoin, asyncio.Future)
+    assert isinstance(rejoin, Completion) and not rejoin.done()  # parked for the rebalance
 
 
 async def test_while_rebalancing_the_members_already_rejoined_count(capped) -> None:

@@ -30,6 +30,7 @@ from kafka.protocol.sasl import (
 )
 
 from broker.apis import api_versions, sasl_authenticate, sasl_handshake
+from broker.client_telemetry import ClientTelemetry
 from broker.config import BrokerConfig, ConfigError
 from broker.metadata.file_store import MetadataStore
 from broker.network.connection import Connection
@@ -355,7 +356,8 @@ def sasl_apis(monkeypatch):
 
 _HANDLERS = {17: sasl_handshake.handle, 36: sasl_authenticate.handle, 18: api_versions.handle}
 # What these handlers read of the context: ApiVersions asks which group protocols are served.
-_CONTEXT = SimpleNamespace(config=BrokerConfig.from_dict({}))
+_CONFIG = BrokerConfig.from_dict({})
+_CONTEXT = SimpleNamespace(config=_CONFIG, telemetry=ClientTelemetry.of(_CONFIG))
 
 
 class Client:
