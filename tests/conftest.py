@@ -27,9 +27,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return
     cap = settings().max_examples
     for item in items:
-        test = getattr(getattr(item, "obj", None), "__func__", getattr(item, "obj", None))
+        obj = getattr(item, "obj", None)
+        test = getattr(obj, "__func__", obj)  # a method's settings live on its function
         own = getattr(test, "_hypothesis_internal_use_settings", None)
-        if own is not None and own.max_examples > cap:
+        if test is not None and own is not None and own.max_examples > cap:
             test._hypothesis_internal_use_settings = settings(own, max_examples=cap)
 
 
