@@ -129,12 +129,14 @@ lint: install-test
 	$(BIN)/ruff check .
 
 # Before a commit: ruff, mypy (only errors listed in mypy-baseline.txt), the unit and property
-# tests on two workers.
+# tests on two workers with Hypothesis's check profile (fewer examples: tests/conftest.py;
+# `make test` runs every example).
 .PHONY: check mypy-baseline
 check: install-test
 	$(BIN)/ruff check .
 	$(BIN)/python tools/mypy_baseline.py
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 tests/unit tests/property
+	HYPOTHESIS_PROFILE=check $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --durations=10 \
+	  tests/unit tests/property
 
 # Rewrite mypy-baseline.txt from mypy's errors now: after fixing some, or after a merge.
 mypy-baseline: install-test

@@ -4,34 +4,67 @@ The most common group there is: one consumer, session.timeout.ms=6000, subscribi
 whose group.initial.rebalance.delay.ms is the default 3000. Kafka answers its JoinGroup once
 the delay has passed (~3 s) and the consumer reads at once. Extending the delay for the lone
 member itself (to ~6 s), or expiring a member while its JoinGroup is parked, makes the consumer
-late, or never assigned at all. Each client library is timed from subscribe to assignment.
+late, or never assigned at all. For each client library the broker's own counters are read at
+the moment the assignment arrives: one rebalance of the group, and one expiration in the join
+purgatory (the initial delay running out once, not extended to a second).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.broker import BrokerProcess
 from tests.support.clients import Rec, confluent_produce, create_topic, unique_topic
 
 SESSION_MS = 6000
 INITIAL_DELAY_S = 3.0  # the broker's default group.initial.rebalance.delay.ms
-ASSIGNED_WITHIN_S = 5.5  # one delay plus client overhead; two delays (~6 s) fail it
 DEADLINE_S = 10.0  # how long a consumer is given to be assigned and read
 VALUE = b"the only record"
 
 
+@dataclass(frozen=True)
+class Counts:
+    """The broker's counters that tell how a group's first assignment came about."""
+
+    rebalances: int  # rebalances the group started (classic join phases)
+    join_expirations: int  # join-purgatory operations ended by their deadline (broker-wide)
+
+
+Probe = Callable[[], Counts]
+
+
+def broker_counts(metrics_port: int, group: str) -> Counts:
+    """Scrape the broker's metrics endpoint for the group's rebalances and the join
+    purgatory's expirations."""
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    rebalances = expirations = 0.0
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "minibroker_group_rebalances_total" and s.labels.get("group") == group:
+                rebalances += s.value
+            elif (s.name == "minibroker_purgatory_completed_operations_total"
+                  and s.labels == {"purgatory": "join", "by": "expiration"}):
+                expirations += s.value
+    return Counts(int(rebalances), int(expirations))
+
+
 @dataclass
 class Outcome:
-    """What one consumer saw: seconds from subscribe to assignment, and what it read."""
+    """What one consumer saw: seconds from subscribe to assignment, the broker's counters
+    when the assignment arrived, and what it read."""
 
     assigned_after: float | None = None
+    at_assignment: Counts | None = None
     assigned: set[tuple[str, int]] = field(default_factory=set)
     values: list[bytes] = field(default_factory=list)
     errors: list[object] = field(default_factory=list)
@@ -49,7 +82,7 @@ def default_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerP
         broker.kill()
 
 
-def consume_confluent(bootstrap: str, topic: str, group: str) -> Outcome:
+def consume_confluent(bootstrap: str, topic: str, group: str, probe: Probe) -> Outcome:
     from confluent_kafka import Consumer
 
     out = Outcome()
@@ -62,6 +95,7 @@ def consume_confluent(bootstrap: str, topic: str, group: str) -> Outcome:
 
     def on_assign(_consumer, partitions) -> None:
         out.assigned_after = time.monotonic() - started
+        out.at_assignment = probe()
         out.assigned = {(p.topic, p.partition) for p in partitions}
 
     consumer.subscribe([topic], on_assign=on_assign)
@@ -79,7 +113,7 @@ def consume_confluent(bootstrap: str, topic: str, group: str) -> Outcome:
     return out
 
 
-def consume_kafka_python(bootstrap: str, topic: str, group: str) -> Outcome:
+def consume_kafka_python(bootstrap: str, topic: str, group: str, probe: Probe) -> Outcome:
     from kafka import ConsumerRebalanceListener, KafkaConsumer
 
     out = Outcome()
@@ -95,6 +129,7 @@ def consume_kafka_python(bootstrap: str, topic: str, group: str) -> Outcome:
 
         def on_partitions_assigned(self, assigned) -> None:
             out.assigned_after = time.monotonic() - started
+            out.at_assignment = probe()
             out.assigned = {(p.topic, p.partition) for p in assigned}
 
     consumer.subscribe([topic], listener=Listener())
@@ -107,11 +142,11 @@ def consume_kafka_python(bootstrap: str, topic: str, group: str) -> Outcome:
     return out
 
 
-def consume_aiokafka(bootstrap: str, topic: str, group: str) -> Outcome:
-    return asyncio.run(_consume_aiokafka(bootstrap, topic, group))
+def consume_aiokafka(bootstrap: str, topic: str, group: str, probe: Probe) -> Outcome:
+    return asyncio.run(_consume_aiokafka(bootstrap, topic, group, probe))
 
 
-async def _consume_aiokafka(bootstrap: str, topic: str, group: str) -> Outcome:
+async def _consume_aiokafka(bootstrap: str, topic: str, group: str, probe: Probe) -> Outcome:
     from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 
     out = Outcome()
@@ -128,6 +163,7 @@ async def _consume_aiokafka(bootstrap: str, topic: str, group: str) -> Outcome:
 
         async def on_partitions_assigned(self, assigned) -> None:
             out.assigned_after = time.monotonic() - started
+            out.at_assignment = probe()
             out.assigned = {(p.topic, p.partition) for p in assigned}
 
     consumer.subscribe([topic], listener=Listener())
@@ -145,7 +181,7 @@ async def _consume_aiokafka(bootstrap: str, topic: str, group: str) -> Outcome:
     return out
 
 
-CONSUMERS: dict[str, Callable[[str, str, str], Outcome]] = {
+CONSUMERS: dict[str, Callable[[str, str, str, Probe], Outcome]] = {
     "confluent": consume_confluent,
     "kafka-python": consume_kafka_python,
     "aiokafka": consume_aiokafka,
@@ -161,13 +197,27 @@ def test_lone_consumer_is_assigned_after_one_initial_delay(
     create_topic(bootstrap, topic)
     confluent_produce(bootstrap, topic, [Rec(b"key", VALUE)])
 
-    out = CONSUMERS[client](bootstrap, topic, group)
+    port = default_broker.metrics_port
+    assert port is not None, "the broker's metrics endpoint is off"
+    before = broker_counts(port, group)
+
+    out = CONSUMERS[client](bootstrap, topic, group, lambda: broker_counts(port, group))
 
     assert out.assigned_after is not None, (
         f"{client}: a lone consumer with session.timeout.ms={SESSION_MS} was never assigned "
         f"in {DEADLINE_S}s (errors: {out.errors})")
     assert out.assigned == {(topic, 0)}
-    assert INITIAL_DELAY_S <= out.assigned_after < ASSIGNED_WITHIN_S, (
+    assert out.assigned_after >= INITIAL_DELAY_S, (
         f"{client}: assigned {out.assigned_after:.2f}s after subscribe; Kafka assigns once "
         f"the {INITIAL_DELAY_S}s initial delay has passed")
+    # One rebalance, ended by one initial delay: a delay extended for the lone member itself
+    # expires twice, a member expired while its JoinGroup was parked rebalances again.
+    assert out.at_assignment is not None
+    assert out.at_assignment.rebalances - before.rebalances == 1, (
+        f"{client}: {out.at_assignment.rebalances - before.rebalances} rebalances of the group "
+        f"before its lone member was assigned")
+    assert out.at_assignment.join_expirations - before.join_expirations == 1, (
+        f"{client}: the initial delay ran out "
+        f"{out.at_assignment.join_expirations - before.join_expirations} times before the "
+        f"lone member was assigned")
     assert out.values == [VALUE], f"{client}: read {out.values} (errors: {out.errors})"
