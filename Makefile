@@ -130,16 +130,16 @@ lint: install-test
 
 # Before a commit: ruff, mypy (only errors listed in mypy-baseline.txt), the unit and property
 # tests on two workers with Hypothesis's check profile (fewer examples: tests/conftest.py;
-# `make test` runs every example).
+# `make test` runs every example). mypy sees every extra installed, as the baseline was made.
 .PHONY: check mypy-baseline
-check: install-test
+check: install-test install-pipeline install-bench
 	$(BIN)/ruff check .
 	$(BIN)/python tools/mypy_baseline.py
 	HYPOTHESIS_PROFILE=check $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --durations=10 \
 	  tests/unit tests/property
 
 # Rewrite mypy-baseline.txt from mypy's errors now: after fixing some, or after a merge.
-mypy-baseline: install-test
+mypy-baseline: install-test install-pipeline install-bench
 	$(BIN)/python tools/mypy_baseline.py --write
 
 # The peer table of docs/benchmarks.md; the other benchmarks: python -m bench.<name> --json.
