@@ -228,7 +228,8 @@ class Broker:
                  security_protocols={s.name: s.security_protocol for s in specs},
                  node_id=owners.node.node_id, topics=len(owners.metadata.topics),
                  metrics=ms.url if ms is not None else None,
-                 metrics_port=ms.port if ms is not None else None)
+                 metrics_port=ms.port if ms is not None else None,
+                 open_file_limit=owners.log_manager.open_file_limit)
         log_effective_config(cfg)
 
     def _close_listeners(self) -> None:

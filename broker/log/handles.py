@@ -97,7 +97,8 @@ def _open_fd_count() -> int:
 
 def raise_open_file_limit() -> tuple[int, int]:
     """Lift the soft RLIMIT_NOFILE to the hard limit (a partition's active segment costs
-    one descriptor) and log what the broker has. Returns the (soft, hard) now in force."""
+    one descriptor). Returns the (soft, hard) now in force, which the broker logs once it has
+    started (a start that fails says one line and nothing else)."""
     soft, hard = open_file_limit()
     if soft != hard:
         try:
@@ -106,7 +107,6 @@ def raise_open_file_limit() -> tuple[int, int]:
         except (ValueError, OSError) as e:
             logger.warning("could not raise the open-file limit", soft=soft, hard=hard,
                            error=str(e))
-    logger.info("open-file limit", soft=soft, hard=hard)
     return soft, hard
 
 

@@ -132,6 +132,8 @@ class LogManager:
         self.log_dir_writers = log_dir_writers
         self.clock = clock
         self.recovery_threads_per_data_dir = max(recovery_threads_per_data_dir, 1)
+        #: (soft, hard) RLIMIT_NOFILE once raised at start (``for_broker``), for the logs
+        self.open_file_limit: tuple[int, int] | None = None
         if max_open_files is not None:
             HANDLES.resize(max_open_files)
         RESERVE.fill()
@@ -141,12 +143,14 @@ class LogManager:
                    config: Mapping[str, Any], clock: WallClock | None = None,
                    config_for: Callable[[str], LogConfig] | None = None) -> LogManager:
         """The broker's LogManager, from its configuration; raises the process's soft
-        open-file limit to the hard one first and logs both (each partition holds one
-        descriptor)."""
-        raise_open_file_limit()
-        return cls(log_dirs, default_config, config_for=config_for, clock=clock,
-                   max_open_files=config["minibroker.log.max.open.files"],
-                   recovery_threads_per_data_dir=config["num.recovery.threads.per.data.dir"])
+        open-file limit to the hard one first (each partition holds one descriptor) and keeps
+        both for the broker's start line."""
+        limit = raise_open_file_limit()
+        manager = cls(log_dirs, default_config, config_for=config_for, clock=clock,
+                      max_open_files=config["minibroker.log.max.open.files"],
+                      recovery_threads_per_data_dir=config["num.recovery.threads.per.data.dir"])
+        manager.open_file_limit = limit
+        return manager
 
     # -- log dir health ----------------------------------------------------------------------
     @property
@@ -236,7 +240,7 @@ class LogManager:
                 log_dir=str(log_dir),
                 logs=len(loaded),
                 clean_shutdown=clean,
-                recovered_bytes=RECOVERY_STATS.bytes - reread_before,
+                reread_bytes=RECOVERY_STATS.bytes - reread_before,
             )
             if clean:
                 marker.unlink()

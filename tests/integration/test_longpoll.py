@@ -58,8 +58,8 @@ def broker(broker_factory: Callable[..., EmbeddedBroker]) -> EmbeddedBroker:
 
 
 def fetch_purgatory(broker: EmbeddedBroker) -> Purgatory:
-    assert broker.broker is not None and broker.broker.replica.replica_manager is not None
-    return broker.broker.replica.replica_manager.fetch_purgatory
+    assert broker.broker is not None and broker.broker.replica_manager is not None
+    return broker.broker.replica_manager.fetch_purgatory
 
 
 def counts(purgatory: Purgatory) -> tuple[int, int, int]:
