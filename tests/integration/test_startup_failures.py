@@ -22,6 +22,7 @@ import pytest
 from broker.log.manager import CLEAN_SHUTDOWN_FILE
 from broker.testing import EmbeddedBroker
 from tests.support.broker import BrokerProcess
+from tests.support.clients import create_topic, unique_topic
 
 START_TIMEOUT_S = 120  # a shared two-core machine: imports alone can take seconds
 
@@ -128,6 +129,7 @@ def test_a_start_failed_on_its_port_does_not_cost_the_next_start_a_recovery(
                      f"data {broker.data_dir / 'logs'}"]
     events = [e.get("event") for e in lines]
     assert events.index(ready[0]) == events.index("broker started") - 1, "ready line first"
+    create_topic(broker.bootstrap, unique_topic("marker"))  # a log for the next start to load
     assert broker.stop() == 0
     log_dir = broker.data_dir / "logs"
     assert (log_dir / CLEAN_SHUTDOWN_FILE).exists()
