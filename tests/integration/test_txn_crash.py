@@ -87,7 +87,9 @@ def test_kill_mid_transaction(broker_factory, ended_by: str) -> None:
     topic = unique_topic("txn-crash-open")
     create_topic(b.bootstrap, topic, partitions=PARTITIONS)
     txn_id = f"crash-open-{ended_by}-{time.time_ns()}"
-    producer = ConfluentTxn(b.bootstrap, txn_id, timeout_ms=3000)
+    # Long enough that a SIGKILL and restart on a busy machine stay inside the transaction
+    # (checked right after the restart), short enough for the timeout case to wait it out.
+    producer = ConfluentTxn(b.bootstrap, txn_id, timeout_ms=10000)
     try:
         producer.init()
         producer.begin()
