@@ -218,7 +218,10 @@ def run(mb: float, seconds: float, overrides: dict[str, str],
             held = {"cleanup.policy": "compact", "segment.bytes": str(SEGMENT_BYTES),
                     "segment.ms": str(HOUR_MS // 2), "min.cleanable.dirty.ratio": "0.01",
                     "min.compaction.lag.ms": str(DAY_MS)}
-            stream_segments = {"segment.bytes": str(STREAM_SEGMENT_BYTES)}
+            # Segments a phase fills several of at this machine's pace, so the cleaner has
+            # rolled segments to clean whatever the phase's length (--quick: 0.5 s).
+            segment_bytes = min(STREAM_SEGMENT_BYTES, max(256 << 10, int(seconds * (2 << 20))))
+            stream_segments = {"segment.bytes": str(segment_bytes)}
             topics = [NewTopic("bench-backlog-1", 1, config=held),
                       NewTopic("bench-stream-delete", 1, config=stream_segments),
                       NewTopic("bench-stream-held", 1, config={
