@@ -73,6 +73,8 @@ class _IndexFile:
         self._exists = True
         if create:
             os.close(disk.open_file(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644))
+            self._load_entries(b"")
+            self._loaded = True
 
     @property
     def path(self) -> Path:
@@ -223,13 +225,6 @@ class OffsetIndex(_IndexFile):
     __slots__ = ("_rel_offsets", "_positions")
     entry_size = 8
 
-    def __init__(self, path: Path | tuple[Path, str], base_offset: int, *,
-                 create: bool = False) -> None:
-        super().__init__(path, base_offset, create=create)
-        if create:
-            self._load_entries(b"")
-            self._loaded = True
-
     def _load_entries(self, data: bytes) -> None:
         flat = array("i")
         if data:
@@ -326,13 +321,6 @@ class TimeIndex(_IndexFile):
 
     __slots__ = ("_timestamps", "_rel_offsets")
     entry_size = 12
-
-    def __init__(self, path: Path | tuple[Path, str], base_offset: int, *,
-                 create: bool = False) -> None:
-        super().__init__(path, base_offset, create=create)
-        if create:
-            self._load_entries(b"")
-            self._loaded = True
 
     def _load_entries(self, data: bytes) -> None:
         self._timestamps = array("q")
