@@ -11,6 +11,11 @@ PY_ID := import os, sys; print(os.path.realpath(sys.executable), "%d.%d.%d" % sy
 
 KAFKAJS := tests/conformance/kafkajs
 
+# Every broker a test starts would otherwise compile the project anew where the environment
+# turns bytecode off (PYTHONDONTWRITEBYTECODE): it goes under .cache/ instead, out of the tree.
+export PYTHONDONTWRITEBYTECODE :=
+export PYTHONPYCACHEPREFIX := $(CURDIR)/.cache/pycache
+
 .PHONY: venv install install-test install-pipeline install-bench run test lint bench \
 	system-deps java-deps java-client-deps node-deps conformance-clients pipeline-demo \
 	etcd-deps clean clean-data
@@ -116,11 +121,16 @@ conformance-clients:
 etcd-deps:
 	@bash tests/cluster/install_etcd.sh
 
-# The suite covers the pipeline and the peer benchmark too, so it takes every extra.
+# The suite covers the pipeline and the peer benchmark too, so it takes every extra. Most tests
+# wait on brokers and clients rather than compute, so TEST_WORKERS (4) pytest-xdist workers share
+# the cores; a file's tests stay on one worker, which starts its module fixtures (a Spark
+# session, a broker) once.
+TEST_WORKERS ?= 4
 test: install-test install-pipeline install-bench system-deps java-deps java-client-deps \
 	node-deps conformance-clients etcd-deps
-	@echo "==> running the test suite"
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	@echo "==> running the test suite on $(TEST_WORKERS) workers"
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile \
+	  --durations=25
 
 pipeline-demo: install-pipeline java-deps
 	$(BIN)/python -m pipeline.jobs.demo
