@@ -7,7 +7,10 @@ transactions of what it read (null for read_uncommitted, as Kafka answers). With
 each partition's topic needs READ, checked on every fetch of a session as Kafka does: a denied
 partition answers TOPIC_AUTHORIZATION_FAILED and is never read nor waited on. A client older
 than Fetch v10 cannot read zstd, so a partition of a topic whose compression.type is zstd
-answers it UNSUPPORTED_COMPRESSION_TYPE, as Kafka does.
+answers it UNSUPPORTED_COMPRESSION_TYPE, as Kafka does. A partition whose current leader
+epoch (v9+, kept by the session for the partitions an incremental fetch leaves out; -1 is not
+checked) is older than the partition's answers FENCED_LEADER_EPOCH, newer
+UNKNOWN_LEADER_EPOCH, and is neither read nor waited on (Kafka's Partition.fetchRecords).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ API_KEY = 1  # Fetch
 VERSIONS = range(4, 17)
 
 ZSTD_FETCH_VERSION = 10  # the first Fetch version whose clients can read zstd
+CURRENT_LEADER_EPOCH_FETCH_VERSION = 9  # the first that carries the client's leader epoch
 
 
 def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
@@ -49,6 +53,8 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
                    if w.topic is not None and w.topic not in readable}
     if version < ZSTD_FETCH_VERSION:
         refused.update(_zstd_refused(ctx, wanted, refused))
+    if version >= CURRENT_LEADER_EPOCH_FETCH_VERSION:
+        refused.update(_epoch_refused(ctx, wanted, refused))
     skip = refused
     fetches = [PartitionFetch((w.topic, w.index) if w.topic is not None else None,
                               w.fetch_offset, w.max_bytes)
@@ -98,6 +104,7 @@ def _session_context(
             session.partitions[key] = cached
         else:
             old.fetch_offset, old.max_bytes = cached.fetch_offset, cached.max_bytes
+            old.current_leader_epoch = cached.current_leader_epoch
     for forgotten in req.forgotten_topics_data:
         topic = forgotten.topic_id if version >= 13 else forgotten.topic
         for index in forgotten.partitions:
@@ -116,7 +123,7 @@ def _requested(ctx: ApiContext, req: Any, version: int) -> dict[Any, CachedParti
         for p in topic.partitions:
             out[(key, p.partition)] = CachedPartition(
                 name, getattr(topic, "topic_id", None), p.partition, p.fetch_offset,
-                p.partition_max_bytes,
+                p.partition_max_bytes, current_leader_epoch=p.current_leader_epoch,
             )
     return out
 
@@ -130,6 +137,23 @@ def _zstd_refused(ctx: ApiContext, wanted: list[CachedPartition], refused: dict[
         partition = partitions.get((w.topic, w.index)) if i not in refused else None
         if partition is not None and partition.log.config.compression_type == "zstd":
             out[i] = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+    return out
+
+
+def _epoch_refused(ctx: ApiContext, wanted: list[CachedPartition],
+                   refused: dict[int, ErrorCode]) -> dict[int, ErrorCode]:
+    """The partitions, among those not refused already, whose client names another leader
+    epoch than the partition's (Kafka's checkCurrentLeaderEpoch)."""
+    out: dict[int, ErrorCode] = {}
+    partitions = ctx.replica_manager.partitions
+    for i, w in enumerate(wanted):
+        if w.current_leader_epoch < 0 or i in refused or w.topic is None:
+            continue
+        partition = partitions.get((w.topic, w.index))
+        if partition is not None and not partition.offline:
+            error = partition.check_leader_epoch(w.current_leader_epoch)
+            if error != ErrorCode.NONE:
+                out[i] = error
     return out
 
 
