@@ -10,7 +10,8 @@ than Fetch v10 cannot read zstd, so a partition of a topic whose compression.typ
 answers it UNSUPPORTED_COMPRESSION_TYPE, as Kafka does. A partition whose current leader
 epoch (v9+, kept by the session for the partitions an incremental fetch leaves out; -1 is not
 checked) is older than the partition's answers FENCED_LEADER_EPOCH, newer
-UNKNOWN_LEADER_EPOCH, and is neither read nor waited on (Kafka's Partition.fetchRecords).
+UNKNOWN_LEADER_EPOCH, checked by the ReplicaManager on every read, a parked fetch's too, as
+Kafka's Partition.fetchRecords and DelayedFetch check it.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ API_KEY = 1  # Fetch
 VERSIONS = range(4, 17)
 
 ZSTD_FETCH_VERSION = 10  # the first Fetch version whose clients can read zstd
-CURRENT_LEADER_EPOCH_FETCH_VERSION = 9  # the first that carries the client's leader epoch
 
 
 def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
@@ -53,11 +53,9 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
                    if w.topic is not None and w.topic not in readable}
     if version < ZSTD_FETCH_VERSION:
         refused.update(_zstd_refused(ctx, wanted, refused))
-    if version >= CURRENT_LEADER_EPOCH_FETCH_VERSION:
-        refused.update(_epoch_refused(ctx, wanted, refused))
     skip = refused
     fetches = [PartitionFetch((w.topic, w.index) if w.topic is not None else None,
-                              w.fetch_offset, w.max_bytes)
+                              w.fetch_offset, w.max_bytes, w.current_leader_epoch)
                for i, w in enumerate(wanted) if i not in skip]
     # Sized to what the connection may still hold: a client that does not read its responses
     # gets empty ones (as a quota-throttled fetch does) instead of the broker's memory.
@@ -137,23 +135,6 @@ def _zstd_refused(ctx: ApiContext, wanted: list[CachedPartition], refused: dict[
         partition = partitions.get((w.topic, w.index)) if i not in refused else None
         if partition is not None and partition.log.config.compression_type == "zstd":
             out[i] = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
-    return out
-
-
-def _epoch_refused(ctx: ApiContext, wanted: list[CachedPartition],
-                   refused: dict[int, ErrorCode]) -> dict[int, ErrorCode]:
-    """The partitions, among those not refused already, whose client names another leader
-    epoch than the partition's (Kafka's checkCurrentLeaderEpoch)."""
-    out: dict[int, ErrorCode] = {}
-    partitions = ctx.replica_manager.partitions
-    for i, w in enumerate(wanted):
-        if w.current_leader_epoch < 0 or i in refused or w.topic is None:
-            continue
-        partition = partitions.get((w.topic, w.index))
-        if partition is not None and not partition.offline:
-            error = partition.check_leader_epoch(w.current_leader_epoch)
-            if error != ErrorCode.NONE:
-                out[i] = error
     return out
 
 

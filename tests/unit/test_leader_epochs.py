@@ -82,7 +82,7 @@ def stamped_epochs(log: Log) -> list[tuple[int, int]]:
 
 
 def epochs_of(c: Components) -> list[tuple[int, int]]:
-    return [tuple(e) for e in partition(c).log.leader_epoch_cache.entries()]
+    return [(e.epoch, e.start_offset) for e in partition(c).log.leader_epoch_cache.entries()]
 
 
 async def two_epochs(c: Components) -> None:
@@ -203,6 +203,22 @@ async def test_an_incremental_fetch_checks_the_epoch_its_session_kept(parts: Com
     fresh = answer(parts, fetch.handle, fetch_request(4, offset=5, session_id=first.session_id,
                                                       session_epoch=2))
     assert fetched(fresh) == (E.NONE, 5, 0)
+
+
+async def test_a_parked_fetch_is_fenced_when_the_epoch_moves(parts: Components) -> None:
+    """Kafka's DelayedFetch: a new leader epoch completes a waiting fetch, and the answer
+    fences the client that waited on the old one."""
+    await two_epochs(parts)
+    request = fetch_request(3, offset=5)
+    request.max_wait_ms, request.min_bytes = 30_000, 1
+    req = parse(request)
+    out = fetch.handle(parts.context, req)
+    assert isinstance(out, Completion) and not out.done(), "at the log end: it waits"
+    assert not parts.replica_manager.make_leader((TOPIC, 0), 3), "the same epoch: no change"
+    assert not out.done()
+    assert parts.replica_manager.make_leader((TOPIC, 0), 4)
+    assert out.done(), "answered at once, not at max_wait_ms"
+    assert fetched(wire_roundtrip(req, out.result())) == (E.FENCED_LEADER_EPOCH, -1, 0)
 
 
 # -- ListOffsets ----------------------------------------------------------------------------------
