@@ -242,7 +242,8 @@ class LeaderEpochFileCache:
     # -- persistence ----------------------------------------------------------------------------
     def write_if_dirty(self) -> bool:
         """Write the checkpoint if anything changed since it was last written (any thread);
-        an OSError leaves it dirty and is the caller's to report. Whether it wrote."""
+        an OSError leaves it dirty and is the caller's to report, unless the partition dir is
+        gone (a log deleted under a flush: Kafka's writeIfDirExists). Whether it wrote."""
         if not self.dirty:
             return False
         with self._lock:
@@ -250,6 +251,13 @@ class LeaderEpochFileCache:
             self.dirty = False
         try:
             write_leader_epoch_checkpoint(self.path, entries)
+        except FileNotFoundError:
+            if self.path.parent.exists():
+                self.dirty = True
+                raise
+            logger.info("leader epoch checkpoint not written: the partition dir is gone",
+                        path=str(self.path))
+            return False
         except BaseException:
             self.dirty = True
             raise

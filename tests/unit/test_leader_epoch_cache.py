@@ -172,6 +172,17 @@ def test_a_failed_write_leaves_the_cache_dirty(tmp_path: Path, monkeypatch: pyte
     assert read_leader_epoch_checkpoint(cache.path) == [EpochEntry(0, 0)]
 
 
+def test_a_deleted_partition_dir_is_not_a_write_failure(tmp_path: Path) -> None:
+    """A log deleted while a flush writes its checkpoint (Kafka's writeIfDirExists)."""
+    d = tmp_path / "t-0"
+    d.mkdir()
+    cache = LeaderEpochFileCache(d / LEADER_EPOCH_CHECKPOINT_FILE)
+    cache.assign(0, 0)
+    d.rmdir()
+    assert not cache.write_if_dirty()
+    assert not d.exists()
+
+
 def test_write_checkpoint_helper_is_atomic(tmp_path: Path) -> None:
     path = tmp_path / LEADER_EPOCH_CHECKPOINT_FILE
     write_leader_epoch_checkpoint(path, [EpochEntry(1, 5)])
