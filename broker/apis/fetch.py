@@ -7,7 +7,11 @@ transactions of what it read (null for read_uncommitted, as Kafka answers). With
 each partition's topic needs READ, checked on every fetch of a session as Kafka does: a denied
 partition answers TOPIC_AUTHORIZATION_FAILED and is never read nor waited on. A client older
 than Fetch v10 cannot read zstd, so a partition of a topic whose compression.type is zstd
-answers it UNSUPPORTED_COMPRESSION_TYPE, as Kafka does.
+answers it UNSUPPORTED_COMPRESSION_TYPE, as Kafka does. A partition whose current leader
+epoch (v9+, kept by the session for the partitions an incremental fetch leaves out; -1 is not
+checked) is older than the partition's answers FENCED_LEADER_EPOCH, newer
+UNKNOWN_LEADER_EPOCH, checked by the ReplicaManager on every read, a parked fetch's too, as
+Kafka's Partition.fetchRecords and DelayedFetch check it.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
         refused.update(_zstd_refused(ctx, wanted, refused))
     skip = refused
     fetches = [PartitionFetch((w.topic, w.index) if w.topic is not None else None,
-                              w.fetch_offset, w.max_bytes)
+                              w.fetch_offset, w.max_bytes, w.current_leader_epoch)
                for i, w in enumerate(wanted) if i not in skip]
     # Sized to what the connection may still hold: a client that does not read its responses
     # gets empty ones (as a quota-throttled fetch does) instead of the broker's memory.
@@ -98,6 +102,7 @@ def _session_context(
             session.partitions[key] = cached
         else:
             old.fetch_offset, old.max_bytes = cached.fetch_offset, cached.max_bytes
+            old.current_leader_epoch = cached.current_leader_epoch
     for forgotten in req.forgotten_topics_data:
         topic = forgotten.topic_id if version >= 13 else forgotten.topic
         for index in forgotten.partitions:
@@ -116,7 +121,7 @@ def _requested(ctx: ApiContext, req: Any, version: int) -> dict[Any, CachedParti
         for p in topic.partitions:
             out[(key, p.partition)] = CachedPartition(
                 name, getattr(topic, "topic_id", None), p.partition, p.fetch_offset,
-                p.partition_max_bytes,
+                p.partition_max_bytes, current_leader_epoch=p.current_leader_epoch,
             )
     return out
 

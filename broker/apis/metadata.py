@@ -12,11 +12,16 @@ each topic's bytes are kept per version until the topic changes, and the every-t
 (no ACLs to filter by) is kept whole per version until any topic changes, so a full answer for
 tens of thousands of partitions costs a few list operations on the loop, not one message
 object per partition. The bytes are those kafka-python encodes for the same answer.
+
+Each partition's leader epoch (v7+) is the partition's own (Partition.leader_epoch): the kept
+bytes are rebuilt when any partition's epoch changes (``Partition.leader_epoch_changes``);
+a topic whose partitions all share one epoch keeps the one-template encoding.
 """
 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.metadata import MetadataResponse
@@ -24,12 +29,14 @@ from kafka.protocol.metadata import MetadataResponse
 from broker.apis.add_partitions_to_txn import INTERNAL_TOPICS
 from broker.apis.authorize import allowed, authorized_ops, cluster_allowed, cluster_ops
 from broker.metadata.file_store import MetadataStore, TopicInfo
+from broker.replica.partition import Partition
 from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
 from protocol.templates import (
     MetadataTopics,
     PackedMetadataResponse,
     metadata_partition_around,
+    metadata_topic_bytes,
     metadata_topic_of_like_partitions,
 )
 
@@ -49,7 +56,7 @@ def handle(ctx: ApiContext, request: Request) -> PackedMetadataResponse:
     req = request.body
     version = request.version
     store = ctx.topics.metadata
-    cache = metadata_cache(store)
+    cache = metadata_cache(store, ctx.replica_manager.partitions)
     node = ctx.node.node_id
     on = ctx.authorizer.enabled
     pieces: list[MetadataTopics]
@@ -86,7 +93,7 @@ def _with_authorized_ops(ctx: ApiContext, request: Request, piece: MetadataTopic
                                for m in _with_authorized_ops(ctx, request, t, node).messages()])
     if isinstance(piece, _LedTopic):
         ops = authorized_ops(ctx, request, TOPIC, piece.info.name, True)
-        return _LedTopic(piece.info, node, ops)
+        return _LedTopic(piece.info, node, ops, piece.epochs)
     for topic in piece.topics:
         if topic.name is not None and topic.error_code != ErrorCode.TOPIC_AUTHORIZATION_FAILED:
             topic.authorized_operations = authorized_ops(ctx, request, TOPIC, topic.name, True)
@@ -173,26 +180,38 @@ def _error(name: str | None, code: ErrorCode, topic_id: object = None,
 # -- the metadata cache ---------------------------------------------------------------------------
 
 
-#: (version, node) -> a led partition's bytes around its index: the same for every topic.
-_around: dict[tuple[int, int], tuple[bytes, bytes]] = {}
+#: (version, node, leader epoch) -> a led partition's bytes around its index: the same for
+#: every topic.
+_around: dict[tuple[int, int, int], tuple[bytes, bytes]] = {}
+
+#: the leader epochs of a topic's partitions: one int when they all share it.
+Epochs = int | tuple[int, ...]
 
 
 class _LedTopic(MetadataTopics):
     """A topic whose every partition this broker leads, alone in its ISR: its encoded bytes
-    per version, kept until the topic changes (a new TopicInfo, or more partitions)."""
+    per version, kept until the topic changes (a new TopicInfo, or more partitions) or a
+    leader epoch does."""
 
-    __slots__ = ("info", "partitions", "node", "ops", "by_version")
+    __slots__ = ("info", "partitions", "node", "ops", "by_version", "epochs", "epoch_changes")
 
-    def __init__(self, info: TopicInfo, node: int, ops: Any = None) -> None:
+    def __init__(self, info: TopicInfo, node: int, ops: Any = None, epochs: Epochs = 0) -> None:
         super().__init__([])
         self.info = info
         self.partitions = info.partitions
         self.node = node
         self.ops = ops  # the principal's authorized operations (then never kept), or None
         self.by_version: dict[int, bytes] = {}
+        self.epochs = epochs
+        self.epoch_changes = Partition.leader_epoch_changes
 
     def current(self, info: TopicInfo, node: int) -> bool:
-        return self.info is info and self.partitions == info.partitions and self.node == node
+        return (self.info is info and self.partitions == info.partitions and self.node == node
+                and self.epoch_changes == Partition.leader_epoch_changes)
+
+    def _epoch(self, index: int) -> int:
+        epochs = self.epochs
+        return epochs if isinstance(epochs, int) else epochs[index]
 
     @property
     def count(self) -> int:
@@ -201,12 +220,17 @@ class _LedTopic(MetadataTopics):
     def encoded(self, version: int) -> bytes:
         data = self.by_version.get(version)
         if data is None:
-            around = _around.get((version, self.node))
-            if around is None:
-                around = _around[(version, self.node)] = metadata_partition_around(
-                    self._partition(0), version)
-            data = metadata_topic_of_like_partitions(self._topic([]), around, self.partitions,
-                                                     version)
+            epoch = self.epochs
+            if isinstance(epoch, int):
+                key = (version, self.node, epoch)
+                around = _around.get(key)
+                if around is None:
+                    around = _around[key] = metadata_partition_around(self._partition(0),
+                                                                      version)
+                data = metadata_topic_of_like_partitions(self._topic([]), around,
+                                                         self.partitions, version)
+            else:  # partitions of different epochs: encoded one by one
+                data = metadata_topic_bytes(self.messages()[0], version)
             self.by_version[version] = data
         return data
 
@@ -225,14 +249,14 @@ class _LedTopic(MetadataTopics):
     def _partition(self, index: int) -> Any:
         node = self.node
         return PartitionMeta(error_code=0, partition_index=index, leader_id=node,
-                             leader_epoch=0, replica_nodes=[node], isr_nodes=[node],
-                             offline_replicas=[])
+                             leader_epoch=self._epoch(index), replica_nodes=[node],
+                             isr_nodes=[node], offline_replicas=[])
 
 
 class _EveryTopic(MetadataTopics):
     """Every topic in the store's order, encoded together per version: the full answer."""
 
-    __slots__ = ("described", "epoch", "node", "by_version")
+    __slots__ = ("described", "epoch", "node", "by_version", "epoch_changes")
 
     def __init__(self, described: list[_LedTopic], epoch: int, node: int) -> None:
         super().__init__([])
@@ -240,6 +264,7 @@ class _EveryTopic(MetadataTopics):
         self.epoch = epoch
         self.node = node
         self.by_version: dict[int, bytes] = {}
+        self.epoch_changes = Partition.leader_epoch_changes
 
     @property
     def count(self) -> int:
@@ -263,20 +288,34 @@ class MetadataCache:
     """Kafka's metadata cache for this broker's answers: each topic's encoded piece, and the
     every-topic answer, rebuilt only for what changed since (the store's epoch says when)."""
 
-    def __init__(self) -> None:
+    def __init__(self, partitions: Mapping[tuple[str, int], Partition] | None = None) -> None:
         self.led: dict[str, _LedTopic] = {}
         self.every: _EveryTopic | None = None
+        #: the replica manager's partitions, whose leader epochs the answers carry.
+        self.partitions: Mapping[tuple[str, int], Partition] = partitions or {}
 
     def topic(self, info: TopicInfo, node: int) -> _LedTopic:
         led = self.led.get(info.name)
         if led is None or not led.current(info, node):
-            led = self.led[info.name] = _LedTopic(info, node)
+            led = self.led[info.name] = _LedTopic(info, node, epochs=self._epochs(info))
         return led
+
+    def _epochs(self, info: TopicInfo) -> Epochs:
+        """The partitions' leader epochs (0 for one not open here); one int when shared."""
+        partitions = self.partitions
+        epochs = []
+        for index in range(info.partitions):
+            p = partitions.get((info.name, index))
+            epochs.append(0 if p is None else p.leader_epoch)
+        if not epochs or all(e == epochs[0] for e in epochs):
+            return epochs[0] if epochs else 0
+        return tuple(epochs)
 
     def every_topic(self, store: MetadataStore, node: int) -> _EveryTopic:
         every = self.every
         if (every is None or every.epoch != store.epoch or every.node != node
-                or every.count != len(store.topics)):
+                or every.count != len(store.topics)
+                or every.epoch_changes != Partition.leader_epoch_changes):
             described = [self.topic(info, node) for info in store.topics.values()]
             self.led = {t.info.name: t for t in described}  # deleted topics go
             every = self.every = _EveryTopic(described, store.epoch, node)
@@ -286,9 +325,14 @@ class MetadataCache:
 _caches: weakref.WeakKeyDictionary[MetadataStore, MetadataCache] = weakref.WeakKeyDictionary()
 
 
-def metadata_cache(store: MetadataStore) -> MetadataCache:
-    """The cache of one broker's metadata (the store's, so an embedded broker has its own)."""
+def metadata_cache(store: MetadataStore,
+                   partitions: Mapping[tuple[str, int], Partition] | None = None
+                   ) -> MetadataCache:
+    """The cache of one broker's metadata (the store's, so an embedded broker has its own),
+    reading the leader epochs of ``partitions`` (the replica manager's)."""
     cache = _caches.get(store)
     if cache is None:
-        cache = _caches[store] = MetadataCache()
+        cache = _caches[store] = MetadataCache(partitions)
+    elif partitions is not None:
+        cache.partitions = partitions
     return cache

@@ -1,7 +1,11 @@
 """OffsetForLeaderEpoch (key 23): clients check for log truncation after a leader change.
 
-One broker has had one leader epoch (0) for every partition, so epoch 0 ends at the log end;
-an unknown later epoch gets UNKNOWN_LEADER_EPOCH / -1, as Kafka answers. CLUSTER_ACTION on the
+Kafka's ReplicaManager.lastOffsetForLeaderEpoch: the request's current leader epoch (v2+; -1
+is not checked) older than the partition's is FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH;
+otherwise the answer is the log's epoch cache's: the largest epoch at or below the one asked
+and where it ended (the log end offset for the latest epoch), or -1 / -1 with no error when
+the cache has none (an epoch above every known one, or -1). Followers and consumers (v3+
+ReplicaId) get the same answer, from the leader, as Kafka gives them. CLUSTER_ACTION on the
 cluster (a follower) allows every topic; otherwise each topic needs DESCRIBE (KIP-320), a
 refused one's partitions TOPIC_AUTHORIZATION_FAILED after the others.
 """
@@ -41,20 +45,12 @@ def handle(ctx: ApiContext, request: Request) -> OffsetForLeaderEpochResponse:
         parts = []
         for p in t.partitions:
             partition, error = ctx.replica_manager.partition_or_error((t.topic, p.partition))
-            if partition is None:
-                parts.append(EpochEndOffset(error_code=error, partition=p.partition,
-                                            leader_epoch=-1, end_offset=-1))
-            elif p.current_leader_epoch > partition.leader_epoch:
-                parts.append(EpochEndOffset(error_code=ErrorCode.UNKNOWN_LEADER_EPOCH,
-                                            partition=p.partition, leader_epoch=-1,
-                                            end_offset=-1))
-            elif p.leader_epoch > partition.leader_epoch:
-                parts.append(EpochEndOffset(error_code=0, partition=p.partition,
-                                            leader_epoch=-1, end_offset=-1))
-            else:
-                parts.append(EpochEndOffset(error_code=0, partition=p.partition,
-                                            leader_epoch=partition.leader_epoch,
-                                            end_offset=partition.log_end_offset))
+            epoch = end_offset = -1
+            if partition is not None:
+                error, epoch, end_offset = partition.last_offset_for_leader_epoch(
+                    p.current_leader_epoch, p.leader_epoch)
+            parts.append(EpochEndOffset(error_code=error, partition=p.partition,
+                                        leader_epoch=epoch, end_offset=end_offset))
         topics.append(TopicResult(topic=t.topic, partitions=parts))
     for t in denied:
         topics.append(TopicResult(topic=t.topic, partitions=[

@@ -52,6 +52,12 @@ from broker.log.config import LOG_APPEND_TIME, LogConfig
 from broker.log.dir_failure import KafkaStorageError, LogDirFailureChannel
 from broker.log.handles import is_fd_exhaustion, open_file_limit_error
 from broker.log.index import IndexCorruptError
+from broker.log.leader_epoch_cache import (
+    LEADER_EPOCH_CHECKPOINT_FILE,
+    EpochEntry,
+    LeaderEpochCheckpointError,
+    LeaderEpochFileCache,
+)
 from broker.log.producer_state import (
     NO_SEQUENCE,
     BatchMetadata,
@@ -70,6 +76,7 @@ from broker.log.validator import (
     LogValidator,
 )
 from broker.log.writer import LogDirWriter, Write
+from broker.startup_error import StartupError
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import (
     ATTRIBUTES_OFFSET,
@@ -215,6 +222,8 @@ class Log:
         #: file.delete.delay.ms before their files are removed.
         self._deleted_segments: list[tuple[int, LogSegment]] = []
         self.producer_state = ProducerStateManager(self.dir, topic, partition)
+        #: which leader epoch wrote which offsets (broker/log/leader_epoch_cache.py).
+        self.leader_epoch_cache = LeaderEpochFileCache(self.dir / LEADER_EPOCH_CHECKPOINT_FILE)
         #: a transaction index failed its check at load: rebuild them all from the log start.
         self._rebuild_txn_indexes = False
         #: the partition's high watermark, None while no partition tracks it (then the log
@@ -334,6 +343,7 @@ class Log:
             self.recovery_point = self._next_offset
         else:
             self.recovery_point = max(min(recovery_point, self._next_offset), self.log_start_offset)
+        self._load_leader_epochs()
         # After a clean shutdown the last snapshot is at the log end offset: nothing to scan.
         # After a crash only data below the recovery point is known to be on disk, and with it
         # the snapshots of that data. The scan also rebuilds the transaction indexes from
@@ -625,6 +635,9 @@ class Log:
         last_offset = assign_offsets(
             records, first_offset, log_append_time, partition_leader_epoch=leader_epoch, info=info
         )
+        if leader_epoch != self.leader_epoch_cache.latest_epoch and leader_epoch >= 0:
+            # Kafka's maybeAssignEpochStartOffset: every batch carries the stamped epoch.
+            self.leader_epoch_cache.assign(leader_epoch, first_offset)
         if log_append_time is not None:
             max_timestamp = log_append_time
             offset_of_max_timestamp = last_offset
@@ -989,6 +1002,69 @@ class Log:
             raise self._dir_failed("searching the max timestamp of", e) from e
         return found if found is not None else (-1, -1)
 
+    # -- leader epochs (Kafka's UnifiedLog over its LeaderEpochFileCache) ----------------------
+    def _load_leader_epochs(self) -> None:
+        """Kafka's LogLoader for the epoch cache: the checkpoint cut to the recovered log end,
+        the epochs of the batches past the recovery point (or of every batch when the
+        checkpoint holds none for a log that has data: a log written before the cache), cut
+        to the log start. A checkpoint that is not Kafka's format fails the load, as it takes
+        Kafka's log dir offline."""
+        try:
+            cache = LeaderEpochFileCache.load(self.dir)
+        except LeaderEpochCheckpointError as e:
+            raise StartupError(
+                f"{e}: partition {self.topic}-{self.partition} cannot be loaded; move the file "
+                "away and the broker rebuilds it from the log's batches") from None
+        cache.truncate_from_end(self._next_offset)
+        if len(cache) == 0:
+            rebuild_from = self.log_start_offset
+        else:
+            rebuild_from = self.recovery_point
+        if rebuild_from < self._next_offset:
+            self._assign_epochs_of_batches(cache, rebuild_from)
+        cache.truncate_from_start(self.log_start_offset)
+        self.leader_epoch_cache = cache
+
+    def _assign_epochs_of_batches(self, cache: LeaderEpochFileCache, from_offset: int) -> None:
+        """Assign each batch's epoch from the one holding ``from_offset`` on, where it is newer
+        than the latest (Kafka's recovery rule); batch headers only."""
+        i = max(bisect_right(self._bases, from_offset) - 1, 0)
+        for k, seg in enumerate(self.segments[i:]):
+            position = seg.offset_index.lookup(from_offset)[1] if k == 0 else 0
+            try:
+                for _pos, header in seg.iter_batches(position):
+                    epoch = header.partition_leader_epoch
+                    if (epoch > cache.latest_epoch and epoch >= 0
+                            and header.last_offset >= from_offset):
+                        cache.assign(epoch, header.base_offset)
+            except CorruptRecordError:
+                return  # nothing valid follows a corrupt batch (recovery cut it already)
+
+    @property
+    def latest_epoch(self) -> int | None:
+        """The epoch of the latest entry of the epoch cache (Kafka's latestEpoch)."""
+        entry = self.leader_epoch_cache.latest_entry()
+        return None if entry is None else entry.epoch
+
+    def maybe_assign_epoch_start_offset(self, leader_epoch: int, start_offset: int) -> None:
+        """Record that ``leader_epoch`` starts at ``start_offset`` (Kafka's
+        maybeAssignEpochStartOffset: a replica becoming leader assigns its log end offset)."""
+        self.leader_epoch_cache.assign(leader_epoch, start_offset)
+
+    def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int] | None:
+        """``(epoch, end offset)`` for OffsetForLeaderEpoch (Kafka's endOffsetForEpoch); None
+        when the cache has no answer (UNDEFINED_EPOCH_OFFSET)."""
+        epoch, offset = self.leader_epoch_cache.end_offset_for(leader_epoch, self._next_offset)
+        return None if offset < 0 else (epoch, offset)
+
+    def epoch_for_offset(self, offset: int) -> int | None:
+        """The leader epoch of the batch holding ``offset``, from the cache (the epochs the
+        batches carry), None below its first entry."""
+        return self.leader_epoch_cache.epoch_for_offset(offset)
+
+    def earliest_epoch_entry(self) -> EpochEntry | None:
+        return self.leader_epoch_cache.earliest_entry()
+
     # -- retention --------------------------------------------------------------------------------
     def delete_old_segments(self, now_ms: int, high_watermark: int | None = None) -> int:
         """Apply retention.bytes then retention.ms, deleting whole segments; returns count.
@@ -1072,6 +1148,7 @@ class Log:
             del self.segments[: len(deletable)]
             del self._bases[: len(deletable)]
         self._delete_segment_files(deletable, now_ms)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         # Kafka deletes the snapshots of deleted segments; producers whose last batch went
         # with them are forgotten (see ProducerStateManager.on_log_start_offset_incremented).
         self.producer_state.on_log_start_offset_incremented(self.log_start_offset)
@@ -1154,6 +1231,7 @@ class Log:
             if self.recovery_point < new_start:
                 self.recovery_point = new_start
         self.producer_state.on_log_start_offset_incremented(new_start)
+        self.leader_epoch_cache.truncate_from_start(new_start)
         logger.info("log start offset incremented", topic=self.topic, partition=self.partition,
                     log_start_offset=new_start, reason=reason)
         return True
@@ -1178,7 +1256,8 @@ class Log:
         with self._flush_lock:
             if self.log_dir in self._offline_dirs:
                 raise self._offline_error()
-            if target <= self.recovery_point and not self._unsynced_snapshots:
+            epochs = self.leader_epoch_cache
+            if target <= self.recovery_point and not self._unsynced_snapshots and not epochs.dirty:
                 return
             fds: list[tuple[int, bool]] = []
             segments: list[LogSegment] = []
@@ -1196,6 +1275,8 @@ class Log:
                         # rolled one's is closed once the writer is past it).
                         fds.extend(seg.sync_fds(own_fds and seg is active))
                     snapshots, self._unsynced_snapshots = self._unsynced_snapshots, []
+                # Before the recovery point moves: the checkpoint covers what it passes.
+                epochs.write_if_dirty()
                 for fd, _close in fds:
                     disk.fsync(fd)
                 for seg in segments:

@@ -62,6 +62,8 @@ class DelayedFetch(DelayedResult[list["FetchResult"]]):
             offset = f.fetch_offset
             if p is None or p.offline or not p.log_start_offset <= offset <= p.log_end_offset:
                 return self.force_complete()  # an error to report: answer now
+            if f.current_leader_epoch >= 0 and p.check_leader_epoch(f.current_leader_epoch):
+                return self.force_complete()  # a new epoch fences the client: answer now
             if committed:
                 try:
                     total += self._stable_bytes(p, offset)

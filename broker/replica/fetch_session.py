@@ -30,6 +30,9 @@ class CachedPartition:
     max_bytes: int
     high_watermark: int = -2  # last values sent to the client; -2: never sent
     log_start_offset: int = -2
+    #: the client's current leader epoch (Fetch v9+), -1: not checked; an incremental fetch
+    #: keeps the last one sent, as Kafka's CachedPartition does.
+    current_leader_epoch: int = -1
 
 
 @dataclass(slots=True)

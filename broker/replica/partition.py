@@ -9,6 +9,11 @@ Replication will move it later; nothing else here assumes a single replica.
 A partition whose log dir failed is offline (Kafka's HostedPartition.Offline): it stays known
 to the broker, so requests for it are answered KAFKA_STORAGE_ERROR rather than as unknown, and
 its high watermark stays where the last good write (or fsync) put it.
+
+The leader epoch is Kafka's: 0 on a single broker, set by ``make_leader`` when the cluster
+elects this replica leader in a new epoch. Every batch appended is stamped with it, and the
+start of each epoch goes into the log's epoch cache; requests that carry a client's idea of
+the epoch are checked against it (``check_leader_epoch``, Kafka's checkCurrentLeaderEpoch).
 """
 
 from __future__ import annotations
@@ -18,6 +23,9 @@ from collections import deque
 from broker.log.log import AppendInfo, AppendOrigin, Log, OffsetOutOfRangeError
 from protocol.errors import ErrorCode, KafkaError
 
+#: a request's current leader epoch meaning "do not check" (Kafka's NO_PARTITION_LEADER_EPOCH).
+NO_LEADER_EPOCH = -1
+
 #: DeleteRecords' offset meaning "up to the high watermark" (Kafka's DeleteRecordsRequest).
 HIGH_WATERMARK = -1
 
@@ -26,7 +34,12 @@ class Partition:
     __slots__ = (
         "topic", "index", "key", "log", "high_watermark", "leader_epoch", "hw_gated_by_flush",
         "appended_bytes", "hw_bytes", "flush_pending", "flush_again", "_unwritten",
+        "leader_epoch_start_offset",
     )
+
+    #: bumped whenever any partition's leader epoch changes: answers that hold leader epochs
+    #: (the Metadata cache) compare it to know they are stale.
+    leader_epoch_changes = 0
 
     def __init__(self, topic: str, index: int, log: Log, hw_gated_by_flush: bool) -> None:
         self.topic = topic
@@ -36,7 +49,15 @@ class Partition:
         self.log = log
         self.high_watermark = log.log_end_offset  # recovered data is durable
         log.on_high_watermark_updated(self.high_watermark)
-        self.leader_epoch = 0
+        # A single broker leads in the latest epoch its log knows (0 for a new log); the
+        # cluster moves it on with make_leader.
+        epoch = max(log.latest_epoch or 0, 0)
+        self.leader_epoch = epoch
+        #: the log end offset when this replica became leader in its epoch (Kafka's
+        #: leaderEpochStartOffsetOpt).
+        self.leader_epoch_start_offset = log.log_end_offset
+        if not log.offline:
+            log.maybe_assign_epoch_start_offset(epoch, log.log_end_offset)
         self.hw_gated_by_flush = hw_gated_by_flush
         # Bytes appended since start, and that count at the high watermark: a DelayedFetch
         # estimates what became readable from their difference without reading the log.
@@ -74,6 +95,46 @@ class Partition:
         offset below which no replica still holds data; with no other replica, this log's."""
         return self.log.log_start_offset
 
+    def make_leader(self, leader_epoch: int) -> bool:
+        """Lead in ``leader_epoch`` (Kafka's makeLeader): a newer epoch starts at the log end
+        offset, in the epoch cache too; the current one changes nothing; an older one is
+        refused (ValueError: the cluster never goes back). Whether the epoch is new."""
+        if leader_epoch < self.leader_epoch:
+            raise ValueError(f"leader epoch {leader_epoch} of {self.topic}-{self.index} is "
+                             f"older than the current {self.leader_epoch}")
+        if leader_epoch == self.leader_epoch:
+            return False
+        Partition.leader_epoch_changes += 1
+        self.leader_epoch = leader_epoch
+        log = self.log
+        self.leader_epoch_start_offset = log.log_end_offset
+        if not log.offline:
+            log.maybe_assign_epoch_start_offset(leader_epoch, log.log_end_offset)
+        return True
+
+    def check_leader_epoch(self, current_leader_epoch: int) -> ErrorCode:
+        """Kafka's checkCurrentLeaderEpoch: a client whose epoch is older than ours is
+        fenced, a newer one knows of an epoch we do not yet; -1 is not checked."""
+        if current_leader_epoch == NO_LEADER_EPOCH:
+            return ErrorCode.NONE
+        if current_leader_epoch < self.leader_epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        if current_leader_epoch > self.leader_epoch:
+            return ErrorCode.UNKNOWN_LEADER_EPOCH
+        return ErrorCode.NONE
+
+    def last_offset_for_leader_epoch(self, current_leader_epoch: int, leader_epoch: int
+                                     ) -> tuple[ErrorCode, int, int]:
+        """OffsetForLeaderEpoch for this partition (Kafka's lastOffsetForLeaderEpoch):
+        ``(error, epoch, end offset)``, -1 and -1 when the epoch cache has no answer."""
+        error = self.check_leader_epoch(current_leader_epoch)
+        if error != ErrorCode.NONE:
+            return error, -1, -1
+        found = self.log.end_offset_for_epoch(leader_epoch)
+        if found is None:
+            return ErrorCode.NONE, -1, -1
+        return ErrorCode.NONE, found[0], found[1]
+
     def delete_records(self, offset: int) -> int:
         """Kafka's deleteRecordsOnLeader: move the log start offset up to ``offset``
         (HIGH_WATERMARK: the high watermark) and answer the low watermark.
@@ -103,14 +164,16 @@ class Partition:
     def append(self, records: bytearray | memoryview | bytes, now_ms: int,
                origin: AppendOrigin = AppendOrigin.CLIENT) -> tuple[AppendInfo, bool]:
         """Append as leader; returns the append info and whether the high watermark moved."""
-        return self._appended(self.log.append(records, now_ms, origin=origin))
+        return self._appended(self.log.append(records, now_ms, leader_epoch=self.leader_epoch,
+                                              origin=origin))
 
     def append_end_txn_marker(self, producer_id: int, producer_epoch: int,
                               coordinator_epoch: int, commit: bool, now_ms: int
                               ) -> tuple[AppendInfo, bool]:
         """Append a COMMIT or ABORT marker as the transaction coordinator asks."""
         return self._appended(self.log.append_end_txn_marker(
-            producer_id, producer_epoch, coordinator_epoch, commit, now_ms))
+            producer_id, producer_epoch, coordinator_epoch, commit, now_ms,
+            leader_epoch=self.leader_epoch))
 
     def _appended(self, info: AppendInfo) -> tuple[AppendInfo, bool]:
         self.appended_bytes += info.size

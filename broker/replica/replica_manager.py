@@ -90,6 +90,8 @@ class PartitionFetch:
     tp: TopicPartition | None
     fetch_offset: int
     max_bytes: int
+    #: the client's current leader epoch (Fetch v9+), -1: not checked.
+    current_leader_epoch: int = -1
 
 
 @dataclass(slots=True)
@@ -320,6 +322,11 @@ class ReplicaManager:
             if p.offline:  # Kafka answers no offsets either (UnknownOffset)
                 results.append(FetchResult(ErrorCode.KAFKA_STORAGE_ERROR))
                 continue
+            if f.current_leader_epoch >= 0:  # Kafka's localLogWithEpochOrThrow
+                epoch_error = p.check_leader_epoch(f.current_leader_epoch)
+                if epoch_error != ErrorCode.NONE:
+                    results.append(FetchResult(epoch_error))
+                    continue
             hw = p.high_watermark
             lso = p.last_stable_offset
             if f.max_bytes < 0:  # Kafka's LocalLog.read refuses it; the partition answers so
@@ -344,6 +351,16 @@ class ReplicaManager:
             results.append(FetchResult(ErrorCode.NONE, data, hw, p.log_start_offset, lso,
                                        aborted))
         return results
+
+    def make_leader(self, tp: TopicPartition, leader_epoch: int) -> bool:
+        """The partition leads in ``leader_epoch`` (Kafka's makeLeader, for the cluster):
+        parked fetches of it answer again, so a client on an older epoch is fenced at once.
+        Whether the epoch is new."""
+        partition = self.partitions[tp]
+        if not partition.make_leader(leader_epoch):
+            return False
+        self.fetch_purgatory.check_and_complete(tp)
+        return True
 
     # -- record deletion ----------------------------------------------------------------------
     def delete_records(self, offsets: dict[TopicPartition, int], timeout_ms: int

@@ -433,4 +433,5 @@ def test_leftover_files_are_cleaned_on_load(tmp_path: Path) -> None:
         "00000000000000000000.log",
         "00000000000000000000.timeindex",
         "00000000000000000001.snapshot",  # producer state at the log end offset (close)
+        "leader-epoch-checkpoint",  # epoch 0 from offset 0, written by the close's flush
     ]
