@@ -33,7 +33,7 @@ RETRY_MIN_MS = 50.0
 
 
 class LeaseKeeper:
-    """Refreshes one lease every ttl/3 until stopped or lost."""
+    """Refreshes one lease every ttl/3 (or ``interval_ms`` when sooner) until stopped or lost."""
 
     def __init__(
         self,
@@ -42,8 +42,11 @@ class LeaseKeeper:
         *,
         on_lost: Callable[[str], object] | None = None,
         clock: Clock | None = None,
+        interval_ms: float | None = None,
     ) -> None:
         self.store = store
+        #: Refresh at least this often (``broker.heartbeat.interval.ms``); ttl/3 when sooner.
+        self.interval_ms = interval_ms
         self.lease = lease
         self.clock = clock or store.clock
         self.on_lost = on_lost
@@ -98,8 +101,12 @@ class LeaseKeeper:
             logger.exception("lease keeper failed", lease=f"{self.lease.id:x}")
             self._lose(f"the lease keeper failed: {e!r}")
 
+    def _period(self) -> float:
+        third = self.ttl_ms / 3
+        return min(third, self.interval_ms) if self.interval_ms else third
+
     async def _keep(self) -> None:
-        next_at = self.last_refreshed_ms + self.ttl_ms / 3
+        next_at = self.last_refreshed_ms + self._period()
         while True:
             await sleep_until(self.clock, next_at)
             now = self.clock.time()
@@ -116,7 +123,7 @@ class LeaseKeeper:
                 return
             self.ttl_ms = ttl * 1000.0
             self.last_refreshed_ms = now
-            next_at = now + self.ttl_ms / 3
+            next_at = now + self._period()
 
     async def _refresh(self, sent_ms: float) -> int | None:
         """The store's answer (the TTL, 0 when gone), or None when it could not be reached in

@@ -1,4 +1,5 @@
-"""Replica placement as Kafka's ZooKeeper-era controller did it (AdminUtils.assignReplicasToBrokers).
+"""Replica placement as Kafka's ZooKeeper-era controller did it
+(AdminUtils.assignReplicasToBrokers).
 
 Pure functions: the live brokers (id, rack) in, ``{partition: [replica ids]}`` out, the first
 replica being the preferred leader. What the algorithm promises, and the property tests check:

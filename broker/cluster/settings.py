@@ -42,7 +42,8 @@ class ClusterSettings:
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> ClusterSettings:
-        session, heartbeat = config["broker.session.timeout.ms"], config["broker.heartbeat.interval.ms"]
+        session = config["broker.session.timeout.ms"]
+        heartbeat = config["broker.heartbeat.interval.ms"]
         if heartbeat >= session:
             raise ConfigError(f"broker.heartbeat.interval.ms={heartbeat} must be less than "
                               f"broker.session.timeout.ms={session}")

@@ -1,0 +1,265 @@
+"""A broker's registration: ``/brokers/ids/<node.id>`` on the broker's lease (Kafka's
+ephemeral broker znode, KafkaZkClient.registerBroker).
+
+Invariants:
+- At most one live registration per node id: the key is created only if absent, so a second
+  broker with a live node id fails to start (``NodeIdInUse``) and changes nothing.
+- The **broker epoch** is the revision that created the key (Kafka used the znode's czxid):
+  it grows with every registration, so a restarted or re-registered broker is told apart from
+  its earlier self by everyone who compares epochs.
+- A lease loss is reported at once, before anything else happens (``broker_lost`` of every
+  listener: the replica manager stops leading, the controller resigns), then the broker
+  registers again with a new lease and a new epoch (``broker_registered``), retrying while
+  etcd cannot be reached. If meanwhile another live broker took the node id, that is reported
+  (``failed``) and the registration stops: serving under a taken id would be two brokers in
+  one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import structlog
+
+from broker.cluster.lease_keeper import LeaseKeeper
+from broker.cluster.paths import broker_key
+from broker.cluster.store import (
+    Compare,
+    Get,
+    KeyValue,
+    Lease,
+    MetadataStore,
+    Put,
+    StoreError,
+    StoreUnavailable,
+    sleep_until,
+)
+from broker.startup_error import StartupError
+
+logger = structlog.get_logger("broker.cluster")
+
+
+class NodeIdInUse(StartupError):
+    """Another live broker holds this node id's registration."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    """What a broker registers (Kafka's BrokerIdZNode, version 5): its advertised endpoint of
+    each listener, each listener's security protocol, its rack."""
+
+    node_id: int
+    endpoints: Mapping[str, tuple[str, int]]  # listener name -> advertised (host, port)
+    security_protocols: Mapping[str, str] = field(default_factory=dict)
+    rack: str | None = None
+
+    def encode(self, timestamp_ms: int) -> bytes:
+        doc: dict[str, object] = {
+            "version": 5,
+            # host/port: the PLAINTEXT listener's, for readers of version 1 (Kafka's rule).
+            "host": None,
+            "port": -1,
+            "jmx_port": -1,
+            "timestamp": str(timestamp_ms),
+            "endpoints": [f"{name}://{_host(h)}:{p}" for name, (h, p) in self.endpoints.items()],
+            "listener_security_protocol_map": {
+                name: self.security_protocols.get(name, name) for name in self.endpoints},
+        }
+        for name, (host, port) in self.endpoints.items():
+            if self.security_protocols.get(name, name) == "PLAINTEXT":
+                doc["host"], doc["port"] = host, port
+                break
+        if self.rack is not None:
+            doc["rack"] = self.rack
+        return json.dumps(doc).encode()
+
+    @classmethod
+    def decode(cls, node_id: int, data: bytes) -> BrokerInfo:
+        try:
+            doc = json.loads(data)
+            endpoints: dict[str, tuple[str, int]] = {}
+            for text in doc["endpoints"]:
+                name, _, address = text.partition("://")
+                host, _, port = address.rpartition(":")
+                endpoints[name] = (host.removeprefix("[").removesuffix("]"), int(port))
+            protocols = dict(doc.get("listener_security_protocol_map") or {})
+            return cls(node_id, endpoints, protocols, doc.get("rack"))
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise StoreError(f"broker {node_id}'s registration cannot be read ({e!r}): "
+                             f"{data[:200]!r}") from None
+
+
+def _host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredBroker:
+    """A live broker as the cluster sees it: what it registered and its epoch."""
+
+    info: BrokerInfo
+    epoch: int
+
+    @classmethod
+    def from_kv(cls, node_id: int, kv: KeyValue) -> RegisteredBroker:
+        return cls(BrokerInfo.decode(node_id, kv.value), kv.create_revision)
+
+
+class RegistrationListener(Protocol):
+    def broker_registered(self, epoch: int, lease: Lease) -> object:
+        """Registered (again) with ``epoch``; keys of this broker go on ``lease``."""
+
+    def broker_lost(self, epoch: int, reason: str) -> object:
+        """The registration of ``epoch`` is gone or may be: stop acting on it now."""
+
+
+class BrokerRegistration:
+    """Keeps ``/brokers/ids/<id>`` registered on a kept-alive lease."""
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        info: BrokerInfo,
+        *,
+        ttl_s: int,
+        heartbeat_interval_ms: float | None = None,
+        where: str = "etcd",
+        retry_min_ms: float = 100.0,
+        retry_max_ms: float = 2000.0,
+    ) -> None:
+        self.store = store
+        self.info = info
+        self.key = broker_key(info.node_id)
+        self.ttl_s = ttl_s
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.where = where
+        self._retry_min_ms = retry_min_ms
+        self._retry_max_ms = retry_max_ms
+        self._listeners: list[RegistrationListener] = []
+        #: The current registration's epoch; None while not registered.
+        self.epoch: int | None = None
+        self.lease: Lease | None = None
+        self.keeper: LeaseKeeper | None = None
+        self.registrations = 0
+        self.registered = asyncio.Event()
+        #: Set when another broker took the node id while this one was re-registering: the
+        #: broker must shut down (``failed`` says why).
+        self.taken = asyncio.Event()
+        self.failed: NodeIdInUse | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopped = False
+
+    def add_listener(self, listener: RegistrationListener) -> None:
+        self._listeners.append(listener)
+        if self.epoch is not None and self.lease is not None:
+            listener.broker_registered(self.epoch, self.lease)
+
+    async def start(self) -> int:
+        """Register; the broker epoch. ``NodeIdInUse`` when a live broker has the id."""
+        epoch = await self._register()
+        if epoch is None:
+            raise self._conflict(await self.store.get(self.key))
+        return epoch
+
+    async def stop(self) -> None:
+        """Deregister (revoke the lease: the key goes at once, as a closed ZooKeeper session
+        removed its ephemeral nodes)."""
+        self._stopped = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        keeper, self.keeper = self.keeper, None
+        if keeper is not None:
+            await keeper.stop(revoke=True)
+        self.epoch = None
+        self.registered.clear()
+
+    async def _register(self) -> int | None:
+        """One attempt: a new lease and the key created on it; None when the key exists."""
+        lease = await self.store.grant_lease(self.ttl_s)
+        try:
+            value = self.info.encode(self.store.clock.wall_ms())
+            result = await self.store.txn(
+                [Compare.absent(self.key)], [Put(self.key, value, lease.id)], [Get(self.key)])
+        except BaseException:
+            with contextlib.suppress(StoreError):
+                await self.store.revoke_lease(lease.id)
+            raise
+        if not result.succeeded:
+            with contextlib.suppress(StoreError):
+                await self.store.revoke_lease(lease.id)
+            return None
+        self.lease, self.epoch = lease, result.revision
+        self.registrations += 1
+        self.keeper = LeaseKeeper(self.store, lease, on_lost=self._lost,
+                                  interval_ms=self.heartbeat_interval_ms).start()
+        self.registered.set()
+        logger.info("broker registered", node_id=self.info.node_id, epoch=self.epoch,
+                    lease=f"{lease.id:x}")
+        for listener in list(self._listeners):
+            listener.broker_registered(result.revision, lease)
+        return result.revision
+
+    def _conflict(self, kv: KeyValue | None) -> NodeIdInUse:
+        holder = ""
+        if kv is not None:
+            with contextlib.suppress(StoreError):
+                endpoints = BrokerInfo.decode(self.info.node_id, kv.value).endpoints
+                holder = " at " + ", ".join(f"{n}://{_host(h)}:{p}"
+                                            for n, (h, p) in endpoints.items())
+        return NodeIdInUse(
+            f"node.id {self.info.node_id} is registered by another live broker{holder} in "
+            f"{self.where}: give this broker another node.id, or stop the other one (its "
+            f"registration goes within broker.session.timeout.ms)")
+
+    def _lost(self, reason: str) -> None:
+        """The keeper's report: tell every listener now, then register again."""
+        epoch, self.epoch = self.epoch, None
+        self.registered.clear()
+        if epoch is not None:
+            logger.warning("broker registration lost", node_id=self.info.node_id, epoch=epoch,
+                           reason=reason)
+            for listener in list(self._listeners):
+                try:
+                    listener.broker_lost(epoch, reason)
+                except Exception:  # one listener's failure must not keep the others unaware
+                    logger.exception("registration-lost listener failed")
+        if not self._stopped and self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._reregister(), name=f"broker-{self.info.node_id}-reregister")
+
+    async def _reregister(self) -> None:
+        old = self.lease
+        backoff = self._retry_min_ms
+        try:
+            while not self._stopped:
+                try:
+                    if old is not None:
+                        # The keeper may give up before etcd expires the lease (it could not
+                        # reach etcd): free the key now rather than a TTL later.
+                        await self.store.revoke_lease(old.id)
+                        old = None
+                    if await self._register() is not None:
+                        return
+                    kv = await self.store.get(self.key)
+                    if kv is not None:  # not on our old lease: that one is revoked
+                        self.failed = self._conflict(kv)
+                        self.taken.set()
+                        logger.error("broker registration taken", error=str(self.failed))
+                        return
+                except StoreUnavailable as e:
+                    logger.info("re-registration waiting for the store", error=str(e))
+                except StoreError as e:
+                    logger.warning("re-registration failed, retrying", error=str(e))
+                clock = self.store.clock
+                await sleep_until(clock, clock.time() + backoff)
+                backoff = min(backoff * 2, self._retry_max_ms)
+        finally:
+            self._task = None
