@@ -317,3 +317,49 @@ async def test_a_resumed_view_catches_up_from_the_watch(backend: Backend) -> Non
     assert view.relists == 1 and changes[-1].added[0].epoch == one.epoch
     await one.stop()
     await view.stop()
+
+
+async def test_a_store_outage_past_the_ttl_resigns_the_controller_then_it_rejoins(
+    own_backend: Backend,
+) -> None:
+    """etcd unreachable for longer than the lease: the broker hears of the loss while etcd is
+    still down (and stops acting as controller), then registers again with a new epoch and
+    wins the next election once etcd is back."""
+    b = own_backend
+    won: list[ControllerContext] = []
+    resigned: list[str] = []
+    reg, election = await elect(b, 1, won, resigned)
+    events = Events()
+    reg.add_listener(events)
+    first = reg.epoch
+    assert first is not None
+    assert await b.eventually(lambda: len(won) == 1, within_s=5)
+    await b.take_down()
+    assert await b.eventually(lambda: bool(resigned), within_s=TTL + 2)
+    assert ("lost", first) in events.seen and reg.epoch is None
+    assert not won[0].active and "registration lost" in resigned[0]
+    await b.sleep(0.5)
+    await b.bring_back()
+
+    async def rejoined() -> bool:
+        return reg.epoch is not None and len(won) == 2
+
+    assert await b.eventually(rejoined, within_s=10)
+    assert reg.epoch is not None and reg.epoch > first and won[1].epoch == 2
+    assert events.seen[-1] == ("registered", reg.epoch)
+    kv = await b.store.get(broker_key(1))
+    assert kv is not None and kv.create_revision == reg.epoch
+    await election.stop()
+    await reg.stop()
+
+
+async def test_the_heartbeat_interval_refreshes_sooner_than_a_third_of_the_ttl(
+    backend: Backend,
+) -> None:
+    reg = BrokerRegistration(backend.store, info(1), ttl_s=3, heartbeat_interval_ms=100)
+    await reg.start()
+    assert reg.keeper is not None
+    await backend.sleep(1.0)
+    # ttl/3 would be one refresh a second; the heartbeat interval makes it about ten.
+    assert reg.keeper.refreshes >= 5
+    await reg.stop()
