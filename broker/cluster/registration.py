@@ -153,6 +153,9 @@ class BrokerRegistration:
         self.failed: NodeIdInUse | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
+        #: Leases of ours that may still hold the key (a lost one, an attempt whose answer
+        #: never came): revoked before the next attempt, never taken for another broker's.
+        self._orphans: set[int] = set()
 
     def add_listener(self, listener: RegistrationListener) -> None:
         self._listeners.append(listener)
@@ -161,10 +164,15 @@ class BrokerRegistration:
 
     async def start(self) -> int:
         """Register; the broker epoch. ``NodeIdInUse`` when a live broker has the id."""
-        epoch = await self._register()
-        if epoch is None:
-            raise self._conflict(await self.store.get(self.key))
-        return epoch
+        got = await self._register()
+        if not isinstance(got, int) and got.lease in self._orphans:
+            # The key is on a lease of an earlier attempt of ours (a start that failed
+            # without knowing whether its write landed): free it and go again.
+            await self._clear_orphans()
+            got = await self._register()
+        if isinstance(got, int):
+            return got
+        raise self._conflict(got)
 
     async def stop(self) -> None:
         """Deregister (revoke the lease: the key goes at once, as a closed ZooKeeper session
@@ -181,21 +189,25 @@ class BrokerRegistration:
         self.epoch = None
         self.registered.clear()
 
-    async def _register(self) -> int | None:
-        """One attempt: a new lease and the key created on it; None when the key exists."""
+    async def _register(self) -> int | KeyValue:
+        """One attempt: a new lease and the key created on it. The epoch, or the key that
+        exists already (read in the same txn)."""
         lease = await self.store.grant_lease(self.ttl_s)
+        # Until the txn's answer is known the key may be on this lease: an orphan to revoke.
+        self._orphans.add(lease.id)
         try:
             value = self.info.encode(self.store.clock.wall_ms())
             result = await self.store.txn(
                 [Compare.absent(self.key)], [Put(self.key, value, lease.id)], [Get(self.key)])
         except BaseException:
-            with contextlib.suppress(StoreError):
-                await self.store.revoke_lease(lease.id)
+            await self._revoke(lease.id)
             raise
         if not result.succeeded:
-            with contextlib.suppress(StoreError):
-                await self.store.revoke_lease(lease.id)
-            return None
+            await self._revoke(lease.id)
+            existing = result.responses[0]
+            assert isinstance(existing, list) and existing, "a failed create reads the key"
+            return existing[0]
+        self._orphans.discard(lease.id)
         self.lease, self.epoch = lease, result.revision
         self.registrations += 1
         self.keeper = LeaseKeeper(self.store, lease, on_lost=self._lost,
@@ -207,13 +219,24 @@ class BrokerRegistration:
             listener.broker_registered(result.revision, lease)
         return result.revision
 
-    def _conflict(self, kv: KeyValue | None) -> NodeIdInUse:
+    async def _revoke(self, lease_id: int) -> None:
+        """Best effort: a lease that cannot be revoked now stays an orphan for later."""
+        with contextlib.suppress(StoreError):
+            await self.store.revoke_lease(lease_id)
+            self._orphans.discard(lease_id)
+
+    async def _clear_orphans(self) -> None:
+        """Revoke every lease of ours that may still hold the key (raises when the store
+        cannot be reached)."""
+        for lease_id in sorted(self._orphans):
+            await self.store.revoke_lease(lease_id)
+            self._orphans.discard(lease_id)
+
+    def _conflict(self, kv: KeyValue) -> NodeIdInUse:
         holder = ""
-        if kv is not None:
-            with contextlib.suppress(StoreError):
-                endpoints = BrokerInfo.decode(self.info.node_id, kv.value).endpoints
-                holder = " at " + ", ".join(f"{n}://{_host(h)}:{p}"
-                                            for n, (h, p) in endpoints.items())
+        with contextlib.suppress(StoreError):
+            endpoints = BrokerInfo.decode(self.info.node_id, kv.value).endpoints
+            holder = " at " + ", ".join(f"{n}://{_host(h)}:{p}" for n, (h, p) in endpoints.items())
         return NodeIdInUse(
             f"node.id {self.info.node_id} is registered by another live broker{holder} in "
             f"{self.where}: give this broker another node.id, or stop the other one (its "
@@ -223,6 +246,10 @@ class BrokerRegistration:
         """The keeper's report: tell every listener now, then register again."""
         epoch, self.epoch = self.epoch, None
         self.registered.clear()
+        if self.lease is not None:
+            # The keeper may give up before etcd expires the lease (it could not reach etcd):
+            # revoke it before registering again, rather than wait a TTL for the key to go.
+            self._orphans.add(self.lease.id)
         if epoch is not None:
             logger.warning("broker registration lost", node_id=self.info.node_id, epoch=epoch,
                            reason=reason)
@@ -236,21 +263,16 @@ class BrokerRegistration:
                 self._reregister(), name=f"broker-{self.info.node_id}-reregister")
 
     async def _reregister(self) -> None:
-        old = self.lease
         backoff = self._retry_min_ms
         try:
             while not self._stopped:
                 try:
-                    if old is not None:
-                        # The keeper may give up before etcd expires the lease (it could not
-                        # reach etcd): free the key now rather than a TTL later.
-                        await self.store.revoke_lease(old.id)
-                        old = None
-                    if await self._register() is not None:
+                    await self._clear_orphans()
+                    got = await self._register()
+                    if isinstance(got, int):
                         return
-                    kv = await self.store.get(self.key)
-                    if kv is not None:  # not on our old lease: that one is revoked
-                        self.failed = self._conflict(kv)
+                    if got.lease not in self._orphans:
+                        self.failed = self._conflict(got)
                         self.taken.set()
                         logger.error("broker registration taken", error=str(self.failed))
                         return
