@@ -40,6 +40,7 @@ from broker.cluster.store import (
     StoreUnavailable,
     TxnResult,
     WatchCompacted,
+    cancel_and_wait,
     sleep_until,
 )
 
@@ -171,10 +172,7 @@ class ControllerElection:
     async def stop(self) -> None:
         """Stop running; as controller, resign and give the key up at once."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         context = self.context
         self._resign("shutting down")
         if context is not None:

@@ -22,7 +22,13 @@ from collections.abc import Callable
 
 import structlog
 
-from broker.cluster.store import Lease, MetadataStore, StoreError, sleep_until
+from broker.cluster.store import (
+    Lease,
+    MetadataStore,
+    StoreError,
+    cancel_and_wait,
+    sleep_until,
+)
 from purgatory.clock import Clock
 
 logger = structlog.get_logger("broker.cluster")
@@ -80,10 +86,7 @@ class LeaseKeeper:
         """Stop refreshing; with ``revoke`` the lease and its keys go at once (a clean shutdown,
         as closing a ZooKeeper session removed its ephemeral nodes)."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         if revoke and not self.lost.is_set():
             with contextlib.suppress(StoreError):
                 await self.store.revoke_lease(self.lease.id)

@@ -15,7 +15,6 @@ told every difference between consecutive states it was given.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -29,6 +28,7 @@ from broker.cluster.store import (
     StoreError,
     StoreUnavailable,
     WatchCompacted,
+    cancel_and_wait,
     sleep_until,
 )
 
@@ -93,10 +93,7 @@ class BrokerLivenessView:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
 
     async def _relist(self) -> None:
         listing = await self.store.get_prefix(BROKER_IDS)

@@ -37,6 +37,7 @@ from broker.cluster.store import (
     Put,
     StoreError,
     StoreUnavailable,
+    cancel_and_wait,
     sleep_until,
 )
 from broker.startup_error import StartupError
@@ -179,10 +180,7 @@ class BrokerRegistration:
         removed its ephemeral nodes)."""
         self._stopped = True
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         keeper, self.keeper = self.keeper, None
         if keeper is not None:
             await keeper.stop(revoke=True)
