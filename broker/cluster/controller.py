@@ -214,7 +214,15 @@ class ControllerElection:
             controller_kvs, epoch_kvs = read.responses
             assert isinstance(controller_kvs, list) and isinstance(epoch_kvs, list)
             if controller_kvs:
-                self._saw(controller_kvs[0])
+                kv = controller_kvs[0]
+                if self.context is None and kv.lease == lease.id:
+                    # Ours, from an election whose answer never came back: nobody acts on
+                    # it, and nobody else could win while it stands. Give it up, run again.
+                    await self.store.txn(
+                        [Compare.create_revision(CONTROLLER, "==", kv.create_revision)],
+                        [Delete(CONTROLLER)])
+                    continue
+                self._saw(kv)
                 return read.revision
             epoch, version = _epoch_of(epoch_kvs)
             won = await self.store.txn(

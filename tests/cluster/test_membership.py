@@ -363,3 +363,55 @@ async def test_the_heartbeat_interval_refreshes_sooner_than_a_third_of_the_ttl(
     # ttl/3 would be one refresh a second; the heartbeat interval makes it about ten.
     assert reg.keeper.refreshes >= 5
     await reg.stop()
+
+
+async def test_a_controller_key_of_ours_nobody_acts_on_is_given_up(backend: Backend) -> None:
+    """An election txn that landed but whose answer was lost leaves /controller on our lease
+    with no controller acting on it: the broker deletes it and runs again."""
+    s = backend.store
+    reg = await registered(s, 4)
+    assert reg.lease is not None
+    await s.put(CONTROLLER, b'{"version":2,"brokerid":4,"timestamp":"0"}', lease=reg.lease.id)
+    won: list[ControllerContext] = []
+    election = ControllerElection(s, 4, on_elected=won.append)
+    reg.add_listener(election)
+    assert await backend.eventually(lambda: len(won) == 1, within_s=5)
+    kv = await s.get(CONTROLLER)
+    assert kv is not None and kv.create_revision == won[0].revision and won[0].epoch == 1
+    await election.stop()
+    await reg.stop()
+
+
+async def test_brokers_racing_for_one_node_id_or_the_controller_have_one_winner(
+    backend: Backend,
+) -> None:
+    clients = [await backend.new_client() for _ in range(3)]
+    racers = [BrokerRegistration(c, info(9), ttl_s=TTL) for c in clients]
+    outcomes = await asyncio.gather(*(r.start() for r in racers), return_exceptions=True)
+    winners = [o for o in outcomes if isinstance(o, int)]
+    assert len(winners) == 1
+    assert sum(isinstance(o, NodeIdInUse) for o in outcomes) == 2
+    for r in racers:
+        await r.stop()
+
+    won: list[ControllerContext] = []
+    brokers = []
+    for n, client in zip((1, 2, 3), clients, strict=True):
+        reg = BrokerRegistration(client, info(n), ttl_s=TTL)
+        election = ControllerElection(client, n, on_elected=won.append)
+        reg.add_listener(election)
+        brokers.append((reg, election))
+    await asyncio.gather(*(reg.start() for reg, _ in brokers))  # all run at once
+
+    async def agreed() -> bool:
+        ids = {el.active_controller_id for _, el in brokers}
+        return len(won) == 1 and ids == {won[0].broker_id}
+
+    assert await backend.eventually(agreed, within_s=5)
+    await backend.sleep(0.3)
+    assert len(won) == 1 and won[0].epoch == 1
+    epoch = await backend.store.get(CONTROLLER_EPOCH)
+    assert epoch is not None and epoch.value == b"1"
+    for reg, el in brokers:
+        await el.stop()
+        await reg.stop()
