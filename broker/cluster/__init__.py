@@ -7,5 +7,5 @@ On top of them, the membership: ``settings`` (the cluster's keys), ``meta_proper
 ``cluster_id`` (which cluster a log dir belongs to), ``registration`` (``/brokers/ids/<id>``
 and the broker epoch), ``controller`` (election and the controller-epoch fence), ``liveness``
 (the controller's view of live brokers), ``placement`` (Kafka's replica assignment), ``paths``
-(the key layout).
+(the key layout), and ``membership``, which puts them together for the server.
 """
