@@ -146,8 +146,8 @@ class ControllerElection:
         #: This broker's context while it is the controller.
         self.context: ControllerContext | None = None
         self.elections_won = 0
-        self._lease: Lease | None = None
         self._task: asyncio.Task[None] | None = None
+        self._stopped = False
 
     @property
     def is_active(self) -> bool:
@@ -156,14 +156,12 @@ class ControllerElection:
     # -- RegistrationListener -------------------------------------------------------------
 
     def broker_registered(self, epoch: int, lease: Lease) -> None:
-        self._lease = lease
-        if self._task is None:
+        if self._task is None and not self._stopped:
             self._task = asyncio.get_running_loop().create_task(
                 self._run(lease), name=f"controller-election-{self.broker_id}")
 
     def broker_lost(self, epoch: int, reason: str) -> None:
         """Resign before anything else: the lease ``/controller`` is on may be gone."""
-        self._lease = None
         self._resign(f"broker registration lost: {reason}")
         task, self._task = self._task, None
         if task is not None:
@@ -171,6 +169,7 @@ class ControllerElection:
 
     async def stop(self) -> None:
         """Stop running; as controller, resign and give the key up at once."""
+        self._stopped = True
         task, self._task = self._task, None
         await cancel_and_wait(task)
         context = self.context

@@ -184,6 +184,8 @@ class BrokerRegistration:
         keeper, self.keeper = self.keeper, None
         if keeper is not None:
             await keeper.stop(revoke=True)
+        for lease_id in sorted(self._orphans):
+            await self._revoke(lease_id)
         self.epoch = None
         self.registered.clear()
 
