@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from broker.cluster.paths import BROKER_IDS, broker_id_of
+from broker.cluster.placement import BrokerRack
 from broker.cluster.registration import RegisteredBroker
 from broker.cluster.store import (
     EventType,
@@ -81,6 +82,10 @@ class BrokerLivenessView:
     def epoch_of(self, node_id: int) -> int | None:
         broker = self.live.get(node_id)
         return broker.epoch if broker is not None else None
+
+    def placement_brokers(self) -> list[BrokerRack]:
+        """The live brokers as replica placement takes them (id and rack, by id)."""
+        return [BrokerRack(b.info.node_id, b.info.rack) for _, b in sorted(self.live.items())]
 
     async def start(self) -> BrokerLivenessView:
         """List (so ``live`` is filled on return), then follow changes. A view started

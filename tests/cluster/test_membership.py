@@ -14,6 +14,7 @@ from broker.cluster.cluster_id import get_or_create_cluster_id
 from broker.cluster.controller import ControllerContext, ControllerElection, ControllerMoved
 from broker.cluster.liveness import BrokerChange, BrokerLivenessView
 from broker.cluster.paths import CLUSTER_ID, CONTROLLER, CONTROLLER_EPOCH, broker_key
+from broker.cluster.placement import BrokerRack
 from broker.cluster.registration import BrokerInfo, BrokerRegistration, NodeIdInUse
 from broker.cluster.store import Compare, Lease, MetadataStore, Put
 from tests.cluster.conftest import Backend
@@ -252,9 +253,11 @@ async def test_the_liveness_view_reports_brokers_that_come_go_and_come_back(
     assert list(view.live) == [1] and view.epoch_of(1) == one.epoch
     assert [b.info.node_id for b in changes[0].added] == [1]
 
-    two = await registered(await backend.new_client(), 2)
+    two = BrokerRegistration(await backend.new_client(), info(2, "r2"), ttl_s=TTL)
+    await two.start()
     assert await backend.eventually(lambda: 2 in view.live, within_s=5)
-    assert view.live[2].epoch == two.epoch and view.live[2].info == info(2)
+    assert view.live[2].epoch == two.epoch and view.live[2].info == info(2, "r2")
+    assert view.placement_brokers() == [BrokerRack(1), BrokerRack(2, "r2")]
     assert changes[-1].added[0].epoch == two.epoch
 
     assert two.lease is not None
