@@ -7,8 +7,10 @@ Invariants:
   lease, in the same txn that moves ``/controller_epoch`` from the version the candidate read
   to epoch + 1. Two candidates cannot both win; a controller whose lease goes loses the key.
 - Every controller write is a ``ControllerContext.txn``: it compares ``/controller_epoch``'s
-  version with the one this controller wrote when it won. A deposed controller (a new one has
-  bumped the epoch, or it resigned) has every write refused as a whole: ``ControllerMoved``.
+  mod_revision with the revision of this controller's election (Kafka compared the zkVersion;
+  a revision is never reused, even if the key were deleted and made again). A deposed
+  controller (a new one has bumped the epoch, or it resigned) has every write refused as a
+  whole: ``ControllerMoved``.
 - A broker resigns at once when its registration's lease is lost (before another broker can
   win), when ``/controller`` is deleted or is no longer its own; it runs for election again
   whenever ``/controller`` vanishes, watching the key from the revision it last read.
@@ -85,12 +87,13 @@ class ControllerContext:
     epoch: int
     #: ``/controller_epoch``'s version after this controller's election (Kafka's zkVersion).
     epoch_version: int
-    #: The revision of the election txn (``/controller``'s create revision).
+    #: The revision of the election txn: ``/controller``'s create revision and
+    #: ``/controller_epoch``'s mod revision while this controller's epoch stands.
     revision: int
     active: bool = True
 
     def fence(self) -> Compare:
-        return Compare.version(CONTROLLER_EPOCH, "==", self.epoch_version)
+        return Compare.mod_revision(CONTROLLER_EPOCH, "==", self.revision)
 
     async def txn(
         self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()
@@ -107,7 +110,7 @@ class ControllerContext:
             return result
         current = result.responses[0]
         assert isinstance(current, list)
-        if not current or current[0].version != self.epoch_version:
+        if not current or current[0].mod_revision != self.revision:
             self.active = False
             raise ControllerMoved(
                 f"controller epoch {self.epoch} of broker {self.broker_id} is stale "

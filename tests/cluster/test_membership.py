@@ -418,3 +418,24 @@ async def test_brokers_racing_for_one_node_id_or_the_controller_have_one_winner(
     for reg, el in brokers:
         await el.stop()
         await reg.stop()
+
+
+async def test_the_fence_holds_when_the_epoch_key_is_made_again(backend: Backend) -> None:
+    """An operator wipes /controller_epoch: the next controller's epoch is 1 again, with
+    version 1 again, yet the old controller's writes are still refused (the fence compares
+    the revision, never reused)."""
+    s = backend.store
+    won: list[ControllerContext] = []
+    reg, election = await elect(backend, 1, won, [])
+    assert await backend.eventually(lambda: len(won) == 1, within_s=5)
+    zombie = dataclasses.replace(won[0])
+    await s.delete(CONTROLLER_EPOCH)
+    await s.delete(CONTROLLER)
+    assert await backend.eventually(lambda: len(won) == 2, within_s=5)
+    assert (won[1].epoch, won[1].epoch_version) == (zombie.epoch, zombie.epoch_version) == (1, 1)
+    with pytest.raises(ControllerMoved):
+        await zombie.put("/brokers/topics/t", b"zombie")
+    assert await s.get("/brokers/topics/t") is None
+    await won[1].put("/brokers/topics/t", b"ok")
+    await election.stop()
+    await reg.stop()
