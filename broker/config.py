@@ -117,6 +117,22 @@ KEYS: dict[str, Key] = {
             "listeners entry)."),
         Key("node.id", int, "1", "This broker's id (broker.id is Kafka's other name for it).",
             min=0),
+        Key("broker.rack", str.strip, "",
+            "This broker's rack, registered in the cluster: replicas of a partition are "
+            "placed on different racks when every broker has one."),
+        Key("minibroker.etcd.endpoints", _list, "",
+            "host:port of the etcd holding the cluster's metadata (empty: a single broker, "
+            "no cluster); see docs/cluster.md."),
+        Key("minibroker.etcd.prefix", str.strip, "/mini-broker",
+            "Key prefix under which the cluster lives in etcd (several clusters may share "
+            "one etcd), as Kafka's ZooKeeper chroot."),
+        Key("broker.session.timeout.ms", int, "9000",
+            "A broker that has not renewed its registration's etcd lease for this long is "
+            "taken as gone (the lease's TTL, whole seconds, rounded up).", min=1),
+        Key("broker.heartbeat.interval.ms", int, "2000",
+            "How often a broker renews its registration's lease at the longest (it renews "
+            "at a third of the session timeout when that is sooner); must be less than "
+            "broker.session.timeout.ms.", min=1),
         Key("controller.listener.names", _list, "",
             "Listeners of a KRaft controller: there is none here, so the listeners named are "
             "not bound (a combined-mode server.properties starts as it is)."),

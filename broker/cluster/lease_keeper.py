@@ -22,7 +22,13 @@ from collections.abc import Callable
 
 import structlog
 
-from broker.cluster.store import Lease, MetadataStore, StoreError, sleep_until
+from broker.cluster.store import (
+    Lease,
+    MetadataStore,
+    StoreError,
+    cancel_and_wait,
+    sleep_until,
+)
 from purgatory.clock import Clock
 
 logger = structlog.get_logger("broker.cluster")
@@ -33,7 +39,7 @@ RETRY_MIN_MS = 50.0
 
 
 class LeaseKeeper:
-    """Refreshes one lease every ttl/3 until stopped or lost."""
+    """Refreshes one lease every ttl/3 (or ``interval_ms`` when sooner) until stopped or lost."""
 
     def __init__(
         self,
@@ -42,8 +48,11 @@ class LeaseKeeper:
         *,
         on_lost: Callable[[str], object] | None = None,
         clock: Clock | None = None,
+        interval_ms: float | None = None,
     ) -> None:
         self.store = store
+        #: Refresh at least this often (``broker.heartbeat.interval.ms``); ttl/3 when sooner.
+        self.interval_ms = interval_ms
         self.lease = lease
         self.clock = clock or store.clock
         self.on_lost = on_lost
@@ -77,10 +86,7 @@ class LeaseKeeper:
         """Stop refreshing; with ``revoke`` the lease and its keys go at once (a clean shutdown,
         as closing a ZooKeeper session removed its ephemeral nodes)."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         if revoke and not self.lost.is_set():
             with contextlib.suppress(StoreError):
                 await self.store.revoke_lease(self.lease.id)
@@ -98,8 +104,12 @@ class LeaseKeeper:
             logger.exception("lease keeper failed", lease=f"{self.lease.id:x}")
             self._lose(f"the lease keeper failed: {e!r}")
 
+    def _period(self) -> float:
+        third = self.ttl_ms / 3
+        return min(third, self.interval_ms) if self.interval_ms else third
+
     async def _keep(self) -> None:
-        next_at = self.last_refreshed_ms + self.ttl_ms / 3
+        next_at = self.last_refreshed_ms + self._period()
         while True:
             await sleep_until(self.clock, next_at)
             now = self.clock.time()
@@ -116,7 +126,7 @@ class LeaseKeeper:
                 return
             self.ttl_ms = ttl * 1000.0
             self.last_refreshed_ms = now
-            next_at = now + self.ttl_ms / 3
+            next_at = now + self._period()
 
     async def _refresh(self, sent_ms: float) -> int | None:
         """The store's answer (the TTL, 0 when gone), or None when it could not be reached in

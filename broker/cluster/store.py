@@ -22,6 +22,7 @@ tests).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 from abc import ABC, abstractmethod
 from collections import deque
@@ -241,6 +242,14 @@ async def sleep_until(clock: Clock, when_ms: float) -> None:
         await fut
     finally:
         handle.cancel()
+
+
+async def cancel_and_wait(task: asyncio.Task[None] | None) -> None:
+    """Cancel a background task of an owner and wait until it has stopped."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 class WatchStream(ABC):

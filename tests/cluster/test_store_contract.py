@@ -218,7 +218,7 @@ async def test_watch_from_a_revision_delivers_every_later_event_in_order(
     await s.put("/elsewhere", b"not watched")  # base+3
     await s.put("/brokers/topics/a", b"2")  # base+4
     await s.delete("/brokers/topics/b")  # base+5
-    three = [Put("/brokers/topics/c", b"1"), Put("/brokers/topics/d", b"1")]
+    three: list[Put | Delete] = [Put("/brokers/topics/c", b"1"), Put("/brokers/topics/d", b"1")]
     three.append(Delete("/brokers/topics/a"))
     txn = await s.txn([], three)  # base+6: three events, one revision
     assert txn.revision == base + 6
