@@ -46,7 +46,7 @@ from tests.support.clients import (
 
 KILLS = 20
 PARTITIONS = 3
-RATE = 1500  # records per second offered by the producer, whether the broker is up or not
+RATE = 1500  # records/s offered, whether the broker is up or not, while librdkafka queues them
 OVERRIDES = {
     "log.flush.interval.messages": "1",
     # Small segments and frequent checkpoints: kills land around rolls, producer snapshots and
@@ -109,8 +109,11 @@ class ProducerThread(threading.Thread):
                 due = int((time.monotonic() - start) * RATE)
                 while i < due:
                     value = f"v{i:07d}-".encode() + b"x" * 40
-                    self.producer.produce(self.topic, value=value, partition=i % PARTITIONS,
-                                          on_delivery=self._report)
+                    try:
+                        self.producer.produce(self.topic, value=value, partition=i % PARTITIONS,
+                                              on_delivery=self._report)
+                    except BufferError:  # librdkafka's queue is full while the broker is down
+                        break
                     i += 1
                     self.out.produced = i
                 self.producer.poll(0.005)

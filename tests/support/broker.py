@@ -42,7 +42,7 @@ class BrokerProcess:
         """127.0.0.1:<bound port> of one listener (by name, as in `listeners`)."""
         return f"127.0.0.1:{self.ports[listener.upper()]}"
 
-    def start(self, timeout: float = 30.0) -> BrokerProcess:
+    def start(self, timeout: float = 60.0) -> BrokerProcess:
         overrides = {"listeners": f"PLAINTEXT://127.0.0.1:{self.port}", **self.overrides}
         overrides["listeners"] = ",".join(self._keep_port(e)
                                           for e in overrides["listeners"].split(","))
@@ -68,7 +68,10 @@ class BrokerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_text()}")
             time.sleep(0.05)
-        raise TimeoutError(f"broker did not start:\n{self.log_text()}")
+        # Never left running behind the error: no fixture would stop a broker it never got.
+        self.proc.kill()
+        self.proc.wait(10)
+        raise TimeoutError(f"broker did not start in {timeout} s:\n{self.log_text()}")
 
     def _keep_port(self, entry: str) -> str:
         """NAME://host:0 -> NAME://host:<the port bound before>, so a restart keeps it."""
