@@ -439,3 +439,30 @@ def test_offline_election_follows_kafkas_strategy() -> None:
     offline = PartitionState(-1, 4, [2], 8, 5)
     assert elect_leader([1, 2, 3], offline, {1, 3}, False, 9) is None
     assert elect_leader([1, 2, 3], offline, {2}, False, 9) == PartitionState(2, 5, [2], 9, 6)
+
+
+async def test_a_state_write_that_lost_its_compare_and_swap_decides_again_on_the_winner(
+    backend: Backend,
+) -> None:
+    nodes = await cluster(backend, 2)
+    try:
+        controller = controller_of(nodes)
+        assert (await controller.create_topic("cas", assignment={0: [1, 2]})).ok
+        s = backend.store
+        read = await s.get(state_key("cas", 0))
+        assert read is not None
+        # Another writer moves the state on after the controller read it (version 1 -> 2).
+        await s.put(state_key("cas", 0), PartitionState(2, 7, [2, 1], 1).encode())
+        decided: list[PartitionState] = []
+
+        def decide(state: PartitionState) -> PartitionState:
+            decided.append(state)
+            return state.next(state.leader, [state.leader], controller.context.epoch)
+
+        written = await controller._cas(read, decide)
+        assert [d.leader_epoch for d in decided] == [0, 7]  # the second on the winner's state
+        assert written == PartitionState(2, 8, [2], controller.context.epoch, 2)
+        now = await s.get(state_key("cas", 0))
+        assert now is not None and now.version == 3 and PartitionState.from_kv(now) == written
+    finally:
+        await stop_all(nodes)
