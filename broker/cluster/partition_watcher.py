@@ -2,10 +2,11 @@
 learnt from the controller's LeaderAndIsr and UpdateMetadata requests).
 
 ``PartitionStateWatcher`` lists ``/brokers/topics/``, then watches it from the listing's
-revision + 1 (resuming from the last revision seen after a reconnect, re-listing when that
-history has been compacted) and reports a ``PartitionUpdate`` per partition whose assignment
-or state changed, or which was deleted. ``LocalReplicaTransitions`` turns those into what a
-LeaderAndIsr request told one broker: become leader, become follower, stop and delete.
+revision + 1 (``PrefixFollower``: resuming from the last revision seen after a reconnect,
+re-listing when that history has been compacted) and reports a ``PartitionUpdate`` per
+partition whose assignment or state changed, or which was deleted. ``LocalReplicaTransitions``
+turns those into what a LeaderAndIsr request told one broker: become leader, become follower,
+stop and delete.
 
 Invariants:
 - A partition is reported once both its topic's assignment and its state are known; each
@@ -19,23 +20,14 @@ Invariants:
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import structlog
 
-from broker.cluster.store import (
-    EventType,
-    KeyValue,
-    MetadataStore,
-    StoreError,
-    StoreUnavailable,
-    WatchCompacted,
-    cancel_and_wait,
-    sleep_until,
-)
+from broker.cluster.prefix_follower import PrefixFollower
+from broker.cluster.store import EventType, KeyValue, Listing, MetadataStore, WatchEvent
 from broker.cluster.topic_state import (
     TOPICS,
     MalformedLog,
@@ -71,55 +63,48 @@ class PartitionListener(Protocol):
     def partition_changed(self, update: PartitionUpdate) -> object: ...
 
 
-class PartitionStateWatcher:
+class PartitionStateWatcher(PrefixFollower):
     """Every topic's assignment and partition state, kept current from a watch."""
+
+    prefix = TOPICS
+    description = "partition-state-watcher"
 
     def __init__(self, store: MetadataStore, *,
                  listeners: Sequence[PartitionListener] = (), retry_ms: float = 200.0) -> None:
-        self.store = store
+        super().__init__(store, retry_ms=retry_ms)
         self.listeners = list(listeners)
-        self._retry_ms = retry_ms
         self.topics: dict[str, TopicAssignment] = {}
         self.states: dict[TopicPartition, PartitionState] = {}
         #: The last update reported per partition (deleted ones removed).
         self.reported: dict[TopicPartition, PartitionUpdate] = {}
-        #: The store revision the view is as of.
-        self.revision = 0
-        self.relists = 0
         self.stale_ignored = 0
         self.malformed = MalformedLog()
-        self.ready = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self) -> PartitionStateWatcher:
-        """List (the view is filled and reported on return), then follow changes; a watcher
-        started again resumes from the revision it had reached."""
-        if not self.ready.is_set():
-            await self._relist()
-        self._task = asyncio.get_running_loop().create_task(self._run(),
-                                                            name="partition-state-watcher")
-        return self
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        await cancel_and_wait(task)
 
     # -- reading --------------------------------------------------------------------------
 
-    async def _relist(self) -> None:
-        listing = await self.store.get_prefix(TOPICS)
-        old_topics = set(self.topics)
+    def _listed(self, listing: Listing) -> None:
+        old_topics, old_states = self.topics, self.states
         self.topics, self.states = {}, {}
         for kv in listing.kvs:
             self._read(kv)
-        self.relists += 1
-        self.revision = listing.revision
+            # A malformed value keeps the last good one, as it does when watched.
+            name, tp = parse_topic_key(kv.key), parse_state_key(kv.key)
+            if name is not None and name not in self.topics and name in old_topics:
+                self.topics[name] = old_topics[name]
+            if tp is not None and tp not in self.states and tp in old_states:
+                self.states[tp] = old_states[tp]
         tps = set(self.reported) | {(t, p) for t, a in self.topics.items() for p in a.partitions}
         self._sync(tps, listing.revision)
-        gone = old_topics - set(self.topics)
+        gone = set(old_topics) - set(self.topics)
         if gone:
             logger.info("topics gone while not watched", topics=sorted(gone))
-        self.ready.set()
+
+    def _changed(self, event: WatchEvent) -> None:
+        if event.type is EventType.DELETE:
+            changed = self._forget(event.kv.key)
+        else:
+            changed = self._read(event.kv)
+        self._sync(changed, event.revision)
 
     def _read(self, kv: KeyValue) -> set[TopicPartition]:
         """Take one key's new value in; the partitions it may have changed."""
@@ -149,36 +134,6 @@ class PartitionStateWatcher:
 
     def _of_topic(self, name: str) -> set[TopicPartition]:
         return {tp for tp in self.reported if tp[0] == name}
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self._follow()
-            except WatchCompacted as e:
-                logger.info("partition state watch compacted, re-listing",
-                            revision=e.compact_revision)
-            except StoreUnavailable:
-                pass  # the watch resumes by itself; only opening it can end up here
-            except StoreError as e:
-                logger.warning("partition state watch failed, re-listing", error=str(e))
-            while True:
-                try:
-                    await self._relist()
-                    break
-                except StoreError:
-                    clock = self.store.clock
-                    await sleep_until(clock, clock.time() + self._retry_ms)
-
-    async def _follow(self) -> None:
-        async with self.store.watch(TOPICS, prefix=True,
-                                    start_revision=self.revision + 1) as watch:
-            async for event in watch:
-                if event.type is EventType.DELETE:
-                    changed = self._forget(event.kv.key)
-                else:
-                    changed = self._read(event.kv)
-                self.revision = event.revision
-                self._sync(changed, event.revision)
 
     # -- reporting ------------------------------------------------------------------------
 

@@ -406,19 +406,22 @@ async def test_the_watcher_relists_after_compaction_and_reports_the_difference(
     watcher = await PartitionStateWatcher(b.store, listeners=[updates]).start()
     try:
         controller = controller_of(nodes)
-        gone = await controller.create_topic("gone", assignment={0: [1]})
-        assert gone.ok and await b.eventually(lambda: len(updates.seen) == 1, within_s=5)
+        assert (await controller.create_topic("gone", assignment={0: [1]})).ok
+        assert (await controller.create_topic("kept", assignment={0: [2]})).ok
+        assert await b.eventually(lambda: len(updates.seen) == 2, within_s=5)
         await watcher.stop()
         assert (await controller.delete_topic("gone")).ok
         assert (await controller.create_topic("new", assignment={0: [2, 1]})).ok
-        revision = (await controller.create_topic("newer", assignment={0: [1]})).ok
-        assert revision
+        assert (await controller.create_topic("newer", assignment={0: [1]})).ok
+        await b.store.put(state_key("kept", 0), b"garbage")  # the last good state stays
         listing = await b.store.get_prefix("/")
         await b.store.compact(listing.revision)
         await watcher.start()
         assert await b.eventually(lambda: watcher.relists == 2, within_s=5)
-        assert [(u.topic, u.deleted) for u in updates.seen[1:]] == [
+        assert [(u.topic, u.deleted) for u in updates.seen[2:]] == [
             ("gone", True), ("new", False), ("newer", False)]
+        assert watcher.reported[("kept", 0)].state == updates.seen[1].state
+        assert watcher.malformed.skipped == 1
     finally:
         await watcher.stop()
         await stop_all(nodes)
