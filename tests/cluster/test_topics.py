@@ -9,11 +9,13 @@ import asyncio
 import dataclasses
 import json
 import random
+from collections.abc import Callable
 
 import pytest
 
 from broker.cluster.controller import ControllerContext, ControllerElection, ControllerMoved
 from broker.cluster.liveness import BrokerLivenessView
+from broker.cluster.membership import ClusterMembership
 from broker.cluster.metadata_cache import ClusterMetadataCache
 from broker.cluster.partition_watcher import (
     LeaderAndIsr,
@@ -469,3 +471,53 @@ async def test_a_state_write_that_lost_its_compare_and_swap_decides_again_on_the
         assert now is not None and now.version == 3 and PartitionState.from_kv(now) == written
     finally:
         await stop_all(nodes)
+
+
+def liveness_of(m: ClusterMembership) -> Callable[[], BrokerLivenessView | None]:
+    return lambda: m.liveness
+
+
+async def test_the_wiring_the_server_will_use_with_cluster_membership(backend: Backend) -> None:
+    """ClusterMembership's callbacks driving ControllerDuties, as docs/cluster.md tells the
+    server: the controller creates a topic, a broker leaves, its partition gets a new leader."""
+    from tests.cluster.test_cluster_membership import broker_info, membership
+
+    prefix = f"/mb-{random.randrange(1 << 32):08x}"
+    members, duties = [], []
+    for n in (1, 2):
+        m = membership(backend, n, prefix)
+        d = ControllerDuties(liveness_of(m))
+        await m.register(broker_info(n), on_elected=d.elected, on_brokers=d.brokers_changed,
+                         on_resigned=d.resigned)
+        members.append(m)
+        duties.append(d)
+    try:
+        def controller() -> TopicController | None:
+            active = [d.controller for d in duties
+                      if d.controller is not None and d.controller.context.active]
+            ok = len(active) == 1 and len(active[0].liveness.live) == 2
+            return active[0] if ok else None
+
+        assert await backend.eventually(lambda: controller() is not None, within_s=5)
+        c = controller()
+        assert c is not None
+        leaving = 2 if c.context.broker_id == 1 else 1
+        staying = c.context.broker_id
+        assert (await c.create_topic("wired", assignment={0: [leaving, staying]})).ok
+        gone_duties, gone = duties.pop(leaving - 1), members.pop(leaving - 1)
+        await gone_duties.stop()
+        await gone.close()
+        store = members[0].store
+
+        async def moved() -> bool:
+            kv = await store.get(state_key("wired", 0))
+            return kv is not None and PartitionState.from_kv(kv).leader == staying
+
+        assert await backend.eventually(moved, within_s=5)
+        kv = await store.get(state_key("wired", 0))
+        assert kv is not None
+        assert PartitionState.from_kv(kv) == PartitionState(staying, 1, [staying], 1, 1)
+    finally:
+        for d, m in zip(duties, members, strict=True):
+            await d.stop()
+            await m.close()
