@@ -215,12 +215,20 @@ async def test_a_lost_brokers_partitions_get_a_new_leader_or_go_offline_until_it
         v, o = victim.node_id, other.node_id
         assert (await controller.create_topic("two", assignment={0: [v, o], 1: [o, v]})).ok
         assert (await controller.create_topic("one", assignment={0: [v]})).ok
+        # A topic allowing unclean election, whose ISR (as a leader would have shrunk it) has
+        # only the victim left.
+        assert (await controller.create_topic(
+            "dirty", assignment={0: [v, o]},
+            configs={"unclean.leader.election.enable": "true"})).ok
+        await backend.store.put(state_key("dirty", 0), PartitionState(v, 1, [v], 1).encode())
         assert await backend.eventually(
             lambda: ("one", 0) in victim.replicas.leading
-            and ("two", 0) in other.replicas.following, within_s=5)
+            and ("two", 0) in other.replicas.following
+            and leaders(other, "dirty") == {0: (v, 1, [v])}, within_s=5)
 
         await victim.crash()  # its lease expires after the TTL
-        after_loss = {"two": {0: (o, 1, [o]), 1: (o, 1, [o])}, "one": {0: (-1, 1, [v])}}
+        after_loss = {"two": {0: (o, 1, [o]), 1: (o, 1, [o])}, "one": {0: (-1, 1, [v])},
+                      "dirty": {0: (o, 2, [o])}}
         survivors = [x for x in nodes if x is not victim]
         assert await backend.eventually(
             lambda: all(leaders(x, t) == after_loss[t] for x in survivors for t in after_loss),
@@ -239,7 +247,8 @@ async def test_a_lost_brokers_partitions_get_a_new_leader_or_go_offline_until_it
         # It comes back (registers again, with a new epoch): its ISR partition is led again.
         back = await Node(backend, v).start()
         nodes[nodes.index(victim)] = back
-        after_return = {"two": {0: (o, 1, [o]), 1: (o, 1, [o])}, "one": {0: (v, 2, [v])}}
+        after_return = {"two": {0: (o, 1, [o]), 1: (o, 1, [o])}, "one": {0: (v, 2, [v])},
+                        "dirty": {0: (o, 2, [o])}}
         assert await backend.eventually(
             lambda: all(leaders(x, t) == after_return[t] for x in nodes for t in after_return),
             within_s=5)
