@@ -45,7 +45,6 @@ from broker.cluster.store import (
     Op,
     Put,
     StoreError,
-    cancel_and_wait,
 )
 from broker.cluster.topic_state import (
     NO_LEADER,
@@ -270,10 +269,13 @@ class TopicController:
     async def on_broker_change(self, change: BrokerChange) -> None:
         """Kafka's onBrokerFailure / onBrokerStartup: partitions led by brokers that went get
         a new leader (or go offline), and offline partitions whose replicas came back get one.
-        A bounced broker (same id, newer epoch) is first treated as gone, then as back."""
-        bounced = {new.info.node_id for _, new in change.bounced}
-        if bounced:
-            await self.elect_leaders(exclude=bounced)
+        A broker that went is handled as gone even when it is back by the time this runs, and a
+        bounced one (same id, newer epoch) first as gone, then as back: it stopped acting on
+        its old registration when it lost it, so it must hear of a new leader epoch."""
+        gone = ({b.info.node_id for b in change.removed}
+                | {new.info.node_id for _, new in change.bounced})
+        if gone:
+            await self.elect_leaders(exclude=gone)
         await self.elect_leaders()
 
     async def elect_leaders(self, exclude: Collection[int] = ()) -> list[tuple[str, int,
@@ -376,7 +378,7 @@ class ControllerDuties:
         self._rack_aware_mode = rack_aware_mode
         self._rng = rng
         self.controller: TopicController | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
 
     def elected(self, context: ControllerContext) -> None:
         view = self._liveness()
@@ -401,21 +403,27 @@ class ControllerDuties:
             self.controller = None
 
     def _spawn(self, work: Coroutine[Any, Any, object]) -> None:
-        async def run() -> None:
-            try:
-                await work
-            except ControllerMoved:
-                pass  # resigned meanwhile: the next controller does it
-            except StoreError as e:
-                # Unreachable or refused: the next broker change, or the next controller's
-                # failover, brings the partitions in line.
-                logger.warning("controller work failed", error=str(e))
-
-        task = asyncio.get_running_loop().create_task(run(), name="controller-duty")
+        task = asyncio.get_running_loop().create_task(work, name="controller-duty")
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        error = task.exception()
+        if isinstance(error, ControllerMoved):
+            return  # resigned meanwhile: the next controller does it
+        if isinstance(error, StoreError):
+            # Unreachable or refused: the next broker change, or the next controller's
+            # failover, brings the partitions in line.
+            logger.warning("controller work failed", error=str(error))
+        elif error is not None:
+            logger.error("controller work failed", exc_info=error)
 
     async def stop(self) -> None:
         self.controller = None
-        for task in list(self._tasks):
-            await cancel_and_wait(task)
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -530,3 +530,27 @@ async def test_the_wiring_the_server_will_use_with_cluster_membership(backend: B
         for d, m in zip(duties, members, strict=True):
             await d.stop()
             await m.close()
+
+
+async def test_a_broker_that_loses_its_lease_and_registers_again_hears_a_new_epoch(
+    backend: Backend,
+) -> None:
+    nodes = await cluster(backend, 2)
+    try:
+        controller = controller_of(nodes)
+        victim = next(x for x in nodes if x.controller is None)
+        v = victim.node_id
+        assert (await controller.create_topic("solo", assignment={0: [v]})).ok
+        assert await backend.eventually(lambda: ("solo", 0) in victim.replicas.leading,
+                                        within_s=5)
+        old_epoch = victim.registration.epoch
+        lease = victim.registration.lease
+        assert lease is not None and old_epoch is not None
+        await (await backend.new_client()).revoke_lease(lease.id)
+        # It registers again by itself; its partition went offline and came back to it.
+        assert await backend.eventually(
+            lambda: leaders(victim, "solo") == {0: (v, 2, [v])}
+            and (victim.registration.epoch or 0) > old_epoch, within_s=TTL + 5)
+        assert victim.replicas.leading[("solo", 0)].leader_epoch == 2
+    finally:
+        await stop_all(nodes)
