@@ -83,7 +83,13 @@ CHANNEL_OPTIONS: dict[str, Any] = {
 }
 
 
-def _error(e: grpc.aio.AioRpcError) -> StoreError:
+def _error(e: grpc.aio.AioRpcError) -> StoreError | asyncio.CancelledError:
+    """The store's error for a failed call; a call gRPC cancelled because its task is being
+    cancelled stays a cancellation (as StoreUnavailable a retry loop would swallow it, and
+    its owner's stop would wait forever)."""
+    task = asyncio.current_task()
+    if e.code() == grpc.StatusCode.CANCELLED and task is not None and task.cancelling():
+        return asyncio.CancelledError()
     details = e.details() or e.code().name
     if e.code() in _UNAVAILABLE:
         return StoreUnavailable(details)
@@ -345,7 +351,10 @@ class _EtcdWatchStream(WatchStream):
             self._requests(), metadata=self.store._client.metadata, wait_for_ready=True
         )
         try:
-            created = await asyncio.wait_for(self._read(), self.store.request_timeout)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancellation
+            # that arrives as the read completes, and the watch would then outlive its owner.
+            async with asyncio.timeout(self.store.request_timeout):
+                created = await self._read()
         except TimeoutError:
             await self.close()
             raise StoreUnavailable("etcd did not answer the watch request in time") from None

@@ -14,7 +14,6 @@ told every difference between consecutive states it was given.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -22,16 +21,9 @@ import structlog
 
 from broker.cluster.paths import BROKER_IDS, broker_id_of
 from broker.cluster.placement import BrokerRack
+from broker.cluster.prefix_follower import PrefixFollower
 from broker.cluster.registration import RegisteredBroker
-from broker.cluster.store import (
-    EventType,
-    MetadataStore,
-    StoreError,
-    StoreUnavailable,
-    WatchCompacted,
-    cancel_and_wait,
-    sleep_until,
-)
+from broker.cluster.store import EventType, Listing, MetadataStore, StoreError, WatchEvent
 
 logger = structlog.get_logger("broker.cluster")
 
@@ -59,8 +51,11 @@ def diff(old: dict[int, RegisteredBroker], new: dict[int, RegisteredBroker],
     return BrokerChange(revision, added, removed, bounced)
 
 
-class BrokerLivenessView:
+class BrokerLivenessView(PrefixFollower):
     """The live brokers by node id, kept current from a watch."""
+
+    prefix = BROKER_IDS
+    description = "broker-liveness"
 
     def __init__(
         self,
@@ -69,15 +64,9 @@ class BrokerLivenessView:
         on_change: Callable[[BrokerChange], object] | None = None,
         retry_ms: float = 200.0,
     ) -> None:
-        self.store = store
+        super().__init__(store, retry_ms=retry_ms)
         self.on_change = on_change
-        self._retry_ms = retry_ms
         self.live: dict[int, RegisteredBroker] = {}
-        #: The store revision ``live`` is as of.
-        self.revision = 0
-        self.relists = 0
-        self.ready = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
 
     def epoch_of(self, node_id: int) -> int | None:
         broker = self.live.get(node_id)
@@ -87,21 +76,7 @@ class BrokerLivenessView:
         """The live brokers as replica placement takes them (id and rack, by id)."""
         return [BrokerRack(b.info.node_id, b.info.rack) for _, b in sorted(self.live.items())]
 
-    async def start(self) -> BrokerLivenessView:
-        """List (so ``live`` is filled on return), then follow changes. A view started
-        before resumes from the revision it had reached: what changed while it was stopped
-        comes from the watch, or from a re-list when that history has been compacted."""
-        if not self.ready.is_set():
-            await self._relist()
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="broker-liveness")
-        return self
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        await cancel_and_wait(task)
-
-    async def _relist(self) -> None:
-        listing = await self.store.get_prefix(BROKER_IDS)
+    def _listed(self, listing: Listing) -> None:
         now: dict[int, RegisteredBroker] = {}
         for kv in listing.kvs:
             node_id = broker_id_of(kv.key)
@@ -111,7 +86,6 @@ class BrokerLivenessView:
                 now[node_id] = RegisteredBroker.from_kv(node_id, kv)
             except StoreError as e:  # a registration nobody can use is no live broker
                 logger.warning("unreadable broker registration", key=kv.key, error=str(e))
-        self.relists += 1
         self._apply(now, listing.revision)
 
     def _apply(self, now: dict[int, RegisteredBroker], revision: int) -> None:
@@ -129,39 +103,18 @@ class BrokerLivenessView:
                 except Exception:
                     logger.exception("broker change handler failed")
 
-    async def _run(self) -> None:
-        while True:
+    def _changed(self, event: WatchEvent) -> None:
+        node_id = broker_id_of(event.kv.key)
+        if node_id is None:
+            return
+        now = dict(self.live)
+        if event.type is EventType.DELETE:
+            now.pop(node_id, None)
+        else:
             try:
-                await self._follow()
-            except WatchCompacted as e:
-                logger.info("broker watch compacted, re-listing", revision=e.compact_revision)
-            except StoreUnavailable:
-                pass  # the watch resumes by itself; only opening it can end up here
+                now[node_id] = RegisteredBroker.from_kv(node_id, event.kv)
             except StoreError as e:
-                logger.warning("broker watch failed, re-listing", error=str(e))
-            while True:
-                try:
-                    await self._relist()
-                    break
-                except StoreError:
-                    clock = self.store.clock
-                    await sleep_until(clock, clock.time() + self._retry_ms)
-
-    async def _follow(self) -> None:
-        async with self.store.watch(BROKER_IDS, prefix=True,
-                                    start_revision=self.revision + 1) as watch:
-            async for event in watch:
-                node_id = broker_id_of(event.kv.key)
-                if node_id is None:
-                    continue
-                now = dict(self.live)
-                if event.type is EventType.DELETE:
-                    now.pop(node_id, None)
-                else:
-                    try:
-                        now[node_id] = RegisteredBroker.from_kv(node_id, event.kv)
-                    except StoreError as e:
-                        logger.warning("unreadable broker registration", key=event.kv.key,
-                                       error=str(e))
-                        now.pop(node_id, None)
-                self._apply(now, event.revision)
+                logger.warning("unreadable broker registration", key=event.kv.key,
+                               error=str(e))
+                now.pop(node_id, None)
+        self._apply(now, event.revision)

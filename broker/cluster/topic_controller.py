@@ -1,0 +1,429 @@
+"""The controller's topic and partition-state writes (Kafka's ZooKeeper-era KafkaController
+with its PartitionStateMachine, through ControllerContext's epoch fence).
+
+Invariants:
+- Every write is a ``ControllerContext.txn``: a deposed controller's create, delete or
+  election raises ``ControllerMoved`` and changes nothing.
+- A topic is created whole or not at all: its assignment, configs and every partition's
+  initial state in one txn that requires the assignment key to be absent, so of two creates
+  of one name exactly one succeeds and the other gets TOPIC_ALREADY_EXISTS.
+- A partition state is only rewritten by compare-and-swap on its version (Kafka's zkVersion):
+  a lost race re-reads the winner's state (in the same round trip) and decides again, at most
+  ``max_cas_attempts`` times; every leader or ISR change moves the leader epoch by one.
+- Elections are Kafka's OfflinePartitionLeaderElectionStrategy: the first replica in
+  assignment order that is live and in the ISR; else, with ``unclean.leader.election.enable``,
+  the first live replica; else no leader (-1) and the ISR left as Kafka left it (the dead
+  replicas removed, but never the last one: "last replica standing").
+- Operations run one at a time (Kafka's single controller event thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import random
+from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from broker.cluster.controller import ControllerContext, ControllerMoved
+from broker.cluster.liveness import BrokerChange, BrokerLivenessView
+from broker.cluster.placement import (
+    PlacementError,
+    RackAwareMode,
+    assign_replicas,
+    brokers_for_placement,
+    validate_manual_assignment,
+)
+from broker.cluster.store import (
+    Compare,
+    Delete,
+    Get,
+    KeyValue,
+    Op,
+    Put,
+    StoreError,
+)
+from broker.cluster.topic_state import (
+    NO_LEADER,
+    TOPIC_CONFIGS,
+    TOPICS,
+    UNCLEAN_LEADER_ELECTION,
+    MalformedLog,
+    MalformedMetadata,
+    PartitionState,
+    TopicAssignment,
+    config_key,
+    decode_topic_config,
+    encode_topic_config,
+    new_topic_id,
+    parse_state_key,
+    parse_topic_key,
+    state_key,
+    topic_key,
+    topic_name_problem,
+)
+from protocol.errors import ErrorCode
+
+logger = structlog.get_logger("broker.cluster")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicResult:
+    """One topic's outcome, as CreateTopics / CreatePartitions / DeleteTopics answer it."""
+
+    name: str
+    error_code: ErrorCode = ErrorCode.NONE
+    message: str | None = None
+    topic_id: str | None = None
+    partitions: Mapping[int, list[int]] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error_code is ErrorCode.NONE
+
+
+def _shrunk_isr(isr: list[int], live: Collection[int]) -> list[int]:
+    """The ISR without dead replicas; the last one stays when none is live (the ZooKeeper-era
+    controller never emptied an ISR)."""
+    return [r for r in isr if r in live] or isr[-1:]
+
+
+def elect_leader(replicas: Sequence[int], state: PartitionState, live: Collection[int],
+                 unclean: bool, controller_epoch: int) -> PartitionState | None:
+    """The partition's next state given the live brokers, None when it stays as it is."""
+    if state.leader != NO_LEADER and state.leader in live:
+        isr = _shrunk_isr(state.isr, live)
+        return None if isr == state.isr else state.next(state.leader, isr, controller_epoch)
+    leader = next((r for r in replicas if r in live and r in state.isr), None)
+    if leader is not None:
+        return state.next(leader, [r for r in state.isr if r in live], controller_epoch)
+    if unclean:
+        leader = next((r for r in replicas if r in live), None)
+        if leader is not None:
+            return state.next(leader, [leader], controller_epoch)
+    if state.leader == NO_LEADER:
+        return None  # offline already, nothing to elect
+    return state.next(NO_LEADER, _shrunk_isr(state.isr, live), controller_epoch)
+
+
+def _elect_in(replicas: Sequence[int], live: Collection[int], unclean: bool,
+              controller_epoch: int, state: PartitionState) -> PartitionState | None:
+    return elect_leader(replicas, state, live, unclean, controller_epoch)
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    """Every topic, config and partition state key, read at one revision."""
+
+    topics: dict[str, TopicAssignment]
+    configs: dict[str, dict[str, str]]
+    states: dict[tuple[str, int], KeyValue]
+
+
+class TopicController:
+    """Creates and deletes topics and elects partition leaders for one controller epoch."""
+
+    def __init__(
+        self,
+        context: ControllerContext,
+        liveness: BrokerLivenessView,
+        *,
+        unclean_leader_election: bool = False,
+        rack_aware_mode: RackAwareMode = RackAwareMode.ENFORCED,
+        rng: random.Random | None = None,
+        max_cas_attempts: int = 5,
+    ) -> None:
+        self.context = context
+        self.store = context.store
+        self.liveness = liveness
+        self.unclean_leader_election = unclean_leader_election
+        self.rack_aware_mode = rack_aware_mode
+        self.rng = rng or random.Random()
+        self.max_cas_attempts = max_cas_attempts
+        self.malformed = MalformedLog()
+        self._lock = asyncio.Lock()
+
+    def _live(self) -> set[int]:
+        return set(self.liveness.live)
+
+    # -- topics -----------------------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int = -1,
+        replication_factor: int = -1,
+        *,
+        configs: Mapping[str, str] | None = None,
+        assignment: Mapping[int, Sequence[int]] | None = None,
+    ) -> TopicResult:
+        """Create a topic placed over the live brokers (or on ``assignment``), each partition
+        led by its first live replica at leader epoch 0 with the live replicas as ISR."""
+        problem = topic_name_problem(name)
+        if problem is not None:
+            return TopicResult(name, ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
+        async with self._lock:
+            live = self._live()
+            try:
+                if assignment is not None:
+                    placed = validate_manual_assignment(assignment.items(), live)
+                else:
+                    brokers = brokers_for_placement(self.liveness.placement_brokers(),
+                                                    self.rack_aware_mode)
+                    placed = assign_replicas(brokers, partitions, replication_factor,
+                                             rng=self.rng)
+            except PlacementError as e:
+                return TopicResult(name, e.error_code, e.message)
+            topic = TopicAssignment(name, new_topic_id(), placed)
+            ops: list[Op] = [Put(topic_key(name), topic.encode()),
+                             Put(config_key(name), encode_topic_config(configs or {}))]
+            ops += self._initial_states(name, placed, live)
+            result = await self.context.txn([Compare.absent(topic_key(name))], ops)
+            if not result.succeeded:
+                return TopicResult(name, ErrorCode.TOPIC_ALREADY_EXISTS,
+                                   f"Topic '{name}' already exists.")
+            logger.info("topic created", topic=name, topic_id=topic.topic_id,
+                        partitions=len(placed), epoch=self.context.epoch)
+            return TopicResult(name, topic_id=topic.topic_id, partitions=placed)
+
+    def _initial_states(self, name: str, placed: Mapping[int, list[int]],
+                        live: Collection[int]) -> list[Op]:
+        ops: list[Op] = []
+        for p, replicas in placed.items():
+            isr = [r for r in replicas if r in live]
+            state = PartitionState(isr[0] if isr else NO_LEADER, 0, isr or replicas[-1:],
+                                   self.context.epoch)
+            ops.append(Put(state_key(name, p), state.encode()))
+        return ops
+
+    async def create_partitions(self, name: str, count: int) -> TopicResult:
+        """Grow a topic to ``count`` partitions, placed as Kafka's addPartitions: the new
+        partitions continue the round robin from the broker leading partition 0, with its
+        replication factor."""
+        async with self._lock:
+            for _ in range(self.max_cas_attempts):
+                kv = await self.store.get(topic_key(name))
+                if kv is None:
+                    return TopicResult(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                       f"The topic '{name}' does not exist.")
+                topic = TopicAssignment.decode(name, kv.value)
+                current = len(topic.partitions)
+                if count <= current:
+                    return TopicResult(
+                        name, ErrorCode.INVALID_PARTITIONS,
+                        f"The number of partitions for a topic can only be increased. Topic "
+                        f"{name} currently has {current} partitions, {count} would not be an "
+                        f"increase.")
+                live = self._live()
+                try:
+                    added = self._place_more(topic, count - current)
+                except PlacementError as e:
+                    return TopicResult(name, e.error_code, e.message)
+                grown = TopicAssignment(name, topic.topic_id, {**topic.partitions, **added})
+                ops: list[Op] = [Put(topic_key(name), grown.encode())]
+                ops += self._initial_states(name, added, live)
+                result = await self.context.txn(
+                    [Compare.mod_revision(topic_key(name), "==", kv.mod_revision)], ops)
+                if result.succeeded:
+                    logger.info("partitions added", topic=name, partitions=count)
+                    return TopicResult(name, topic_id=topic.topic_id,
+                                       partitions=grown.partitions)
+            return TopicResult(name, ErrorCode.UNKNOWN_SERVER_ERROR,
+                               f"topic {name} kept changing while partitions were added")
+
+    def _place_more(self, topic: TopicAssignment, more: int) -> dict[int, list[int]]:
+        brokers = brokers_for_placement(self.liveness.placement_brokers(), self.rack_aware_mode)
+        first = topic.partitions[0]
+        start = next((i for i, b in enumerate(brokers) if b.id >= first[0]), 0)
+        return assign_replicas(brokers, more, len(first), start_index=start,
+                               start_partition_id=len(topic.partitions))
+
+    async def delete_topic(self, name: str) -> TopicResult:
+        """Remove the topic's assignment, configs and partition states in one txn.
+
+        Kafka marked the topic under ``/admin/delete_topics`` and removed the znodes only
+        once every replica had acknowledged StopReplica, because brokers learnt of deletions
+        only through that RPC. Here every broker follows the keys: the delete event (or the
+        key's absence in a re-list) is its StopReplica, which it cannot miss, and the topic
+        id tells a re-created topic of the same name apart, so there is nothing to wait for."""
+        async with self._lock:
+            kv = await self.store.get(topic_key(name))
+            if kv is None:
+                return TopicResult(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                   "This server does not host this topic-partition.")
+            result = await self.context.txn(
+                [Compare.create_revision(topic_key(name), "==", kv.create_revision)],
+                [Delete(topic_key(name)), Delete(f"{topic_key(name)}/", prefix=True),
+                 Delete(config_key(name))])
+            if not result.succeeded:
+                return TopicResult(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                   "This server does not host this topic-partition.")
+            logger.info("topic deleted", topic=name)
+            return TopicResult(name)
+
+    # -- partition leaders --------------------------------------------------------------------
+
+    async def on_broker_change(self, change: BrokerChange) -> None:
+        """Kafka's onBrokerFailure / onBrokerStartup: partitions led by brokers that went get
+        a new leader (or go offline), and offline partitions whose replicas came back get one.
+        A broker that went is handled as gone even when it is back by the time this runs, and a
+        bounced one (same id, newer epoch) first as gone, then as back: it stopped acting on
+        its old registration when it lost it, so it must hear of a new leader epoch."""
+        gone = ({b.info.node_id for b in change.removed}
+                | {new.info.node_id for _, new in change.bounced})
+        if gone:
+            await self.elect_leaders(exclude=gone)
+        await self.elect_leaders()
+
+    async def elect_leaders(self, exclude: Collection[int] = ()) -> list[tuple[str, int,
+                                                                           PartitionState]]:
+        """Bring every partition's state in line with the live brokers (minus ``exclude``);
+        the states written. Also what a newly elected controller runs first, as Kafka's
+        onControllerFailover did, for brokers that changed while there was no controller."""
+        async with self._lock:
+            live = self._live() - set(exclude)
+            snapshot = await self._read_all()
+            written = []
+            for (topic, p), kv in snapshot.states.items():
+                assignment = snapshot.topics.get(topic)
+                if assignment is None or p not in assignment.partitions:
+                    continue
+                decide = functools.partial(
+                    _elect_in, assignment.partitions[p], live,
+                    self._unclean(snapshot.configs.get(topic, {})), self.context.epoch)
+                state = await self._cas(kv, decide)
+                if state is not None:
+                    logger.info("partition leader changed", topic=topic, partition=p,
+                                leader=state.leader, leader_epoch=state.leader_epoch,
+                                isr=state.isr)
+                    written.append((topic, p, state))
+            return written
+
+    def _unclean(self, configs: Mapping[str, str]) -> bool:
+        value = configs.get(UNCLEAN_LEADER_ELECTION)
+        return self.unclean_leader_election if value is None else value.lower() == "true"
+
+    async def _cas(self, kv: KeyValue, decide: Callable[[PartitionState], PartitionState | None]
+                   ) -> PartitionState | None:
+        """Write ``decide(state)`` if not None, compare-and-swap on the key's version; on a
+        lost race decide again on the state that won."""
+        for _ in range(self.max_cas_attempts):
+            try:
+                state = PartitionState.from_kv(kv)
+            except MalformedMetadata as e:
+                self.malformed.report(kv, e)
+                return None
+            new = decide(state)
+            if new is None:
+                return None
+            result = await self.context.txn([Compare.version(kv.key, "==", kv.version)],
+                                            [Put(kv.key, new.encode())], [Get(kv.key)])
+            if result.succeeded:
+                return new
+            current = result.responses[0]
+            assert isinstance(current, list)
+            if not current:
+                return None  # deleted meanwhile
+            kv = current[0]
+        logger.warning("partition state kept changing, election given up", key=kv.key,
+                       attempts=self.max_cas_attempts)
+        return None
+
+    async def _read_all(self) -> _Snapshot:
+        read = await self.store.txn([], [Get(TOPICS, prefix=True),
+                                         Get(TOPIC_CONFIGS, prefix=True)])
+        topic_kvs, config_kvs = read.responses
+        assert isinstance(topic_kvs, list) and isinstance(config_kvs, list)
+        snapshot = _Snapshot({}, {}, {})
+        for kv in topic_kvs:
+            name = parse_topic_key(kv.key)
+            tp = parse_state_key(kv.key)
+            try:
+                if name is not None:
+                    snapshot.topics[name] = TopicAssignment.decode(name, kv.value)
+                elif tp is not None:
+                    snapshot.states[tp] = kv
+            except MalformedMetadata as e:
+                self.malformed.report(kv, e)
+        for kv in config_kvs:
+            name = kv.key[len(TOPIC_CONFIGS):]
+            try:
+                snapshot.configs[name] = decode_topic_config(name, kv.value)
+            except MalformedMetadata as e:
+                self.malformed.report(kv, e)
+        return snapshot
+
+
+class ControllerDuties:
+    """What this broker does as controller, hooked to the election and the liveness view
+    (``ClusterMembership.register``'s ``on_elected``, ``on_brokers``, ``on_resigned``):
+    on election a ``TopicController`` for the new epoch, which first brings every partition in
+    line with the live brokers (Kafka's onControllerFailover); then each change of the live
+    brokers is handled in order (Kafka's controller event queue); on resignation, nothing more.
+    """
+
+    def __init__(
+        self,
+        liveness: Callable[[], BrokerLivenessView | None],
+        *,
+        unclean_leader_election: bool = False,
+        rack_aware_mode: RackAwareMode = RackAwareMode.ENFORCED,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._liveness = liveness
+        self._unclean = unclean_leader_election
+        self._rack_aware_mode = rack_aware_mode
+        self._rng = rng
+        self.controller: TopicController | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def elected(self, context: ControllerContext) -> None:
+        view = self._liveness()
+        if view is None:
+            logger.error("elected controller without a liveness view", epoch=context.epoch)
+            return
+        self.controller = TopicController(
+            context, view, unclean_leader_election=self._unclean,
+            rack_aware_mode=self._rack_aware_mode, rng=self._rng)
+        self._spawn(self._failover(self.controller))
+
+    async def _failover(self, controller: TopicController) -> None:
+        await controller.liveness.ready.wait()
+        await controller.elect_leaders()
+
+    def brokers_changed(self, change: BrokerChange) -> None:
+        if self.controller is not None:
+            self._spawn(self.controller.on_broker_change(change))
+
+    def resigned(self, context: ControllerContext, reason: str) -> None:
+        if self.controller is not None and self.controller.context is context:
+            self.controller = None
+
+    def _spawn(self, work: Coroutine[Any, Any, object]) -> None:
+        task = asyncio.get_running_loop().create_task(work, name="controller-duty")
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        error = task.exception()
+        if isinstance(error, ControllerMoved):
+            return  # resigned meanwhile: the next controller does it
+        if isinstance(error, StoreError):
+            # Unreachable or refused: the next broker change, or the next controller's
+            # failover, brings the partitions in line.
+            logger.warning("controller work failed", error=str(error))
+        elif error is not None:
+            logger.error("controller work failed", exc_info=error)
+
+    async def stop(self) -> None:
+        self.controller = None
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
