@@ -307,7 +307,8 @@ class Log:
             segments = recover_segments(segments, recovery_point)
         if not segments:
             segments = [
-                LogSegment(self.dir, log_start_offset, self._index_interval(), now_ms=now_ms)
+                LogSegment(self.dir, log_start_offset, self._index_interval(), now_ms=now_ms,
+                           preallocate=self._init_file_size())
             ]
         elif not segments[-1].holds_fd:
             segments[-1].hold()  # recovery deleted the segments after a corrupt one
@@ -384,6 +385,10 @@ class Log:
 
     def _index_interval(self) -> int:
         return self.config.index_interval_bytes
+
+    def _init_file_size(self) -> int:
+        """Kafka's LogConfig.initFileSize: a new segment's file length (preallocate)."""
+        return self.config.segment_bytes if self.config.preallocate else 0
 
     def _open_segment(self, base: int, now_ms: int | None, names: set[str],
                       active: bool) -> LogSegment:
@@ -887,10 +892,11 @@ class Log:
         if active.size == 0:
             return active
         new_base = self._next_offset
+        active.on_become_inactive()  # trimmed before the next segment exists, as Kafka
         segment = LogSegment(self.dir, new_base, self._index_interval(),
-                             now_ms=self.clock.wall_ms() if now_ms is None else now_ms)
+                             now_ms=self.clock.wall_ms() if now_ms is None else now_ms,
+                             preallocate=self._init_file_size())
         segment.roll_jitter_ms = self.config.random_segment_jitter(self.jitter_rng)
-        active.on_become_inactive()
         with self._lock:
             self.segments.append(segment)
             self._bases.append(new_base)
