@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import replace
+from typing import Any
 
 from tests.integration.test_restart import _produce_until_killed
 from tests.support.broker import BrokerProcess
@@ -42,7 +43,7 @@ def _data_ends(b: BrokerProcess, topic: str) -> dict[str, int]:
     return ends
 
 
-def test_broker_default_preallocates_and_trims_at_roll_and_stop(broker_factory) -> None:
+def test_broker_default_preallocates_and_trims_at_roll_and_stop(broker_factory: Any) -> None:
     b: BrokerProcess = broker_factory({"log.preallocate": "true",
                                        "log.segment.bytes": str(SEGMENT)})
     topic = unique_topic("prealloc")
@@ -51,7 +52,7 @@ def test_broker_default_preallocates_and_trims_at_roll_and_stop(broker_factory) 
     assert confluent_produce(b.bootstrap, topic, first) == list(range(50))
     [active] = segment_files(b.data_dir / "logs", topic)
     assert active.stat().st_size == SEGMENT, "the active segment is preallocated"
-    big = [replace(r, value=r.value * 400) for r in numbered(40, "big")]  # ~2.4 KB each
+    big = [replace(r, value=(r.value or b"") * 400) for r in numbered(40, "big")]  # ~2.4 KB each
     confluent_produce(b.bootstrap, topic, big, one_batch_each=True)
     files = segment_files(b.data_dir / "logs", topic)
     assert len(files) > 1, "expected a roll"
@@ -69,7 +70,8 @@ def test_broker_default_preallocates_and_trims_at_roll_and_stop(broker_factory) 
     assert_roundtrip(confluent_consume(b.bootstrap, topic, 90), first + big)
 
 
-def test_sigkill_with_a_preallocated_segment_keeps_every_acked_record(broker_factory) -> None:
+def test_sigkill_with_a_preallocated_segment_keeps_every_acked_record(
+        broker_factory: Any) -> None:
     b: BrokerProcess = broker_factory({"log.flush.interval.messages": "1"})
     topic = unique_topic("prealloc-kill")
     create_topic(b.bootstrap, topic, config={"preallocate": "true",

@@ -735,12 +735,18 @@ def _deleted(log: Log) -> list[str]:
     return sorted(p.name for p in log.dir.iterdir() if p.name.endswith(".deleted"))
 
 
+def _two_dirty_segments(tmp_path: Path, delete_delay_ms: int) -> Env:
+    """Two inactive segments of two keys, then the active one."""
+    e = Env(tmp_path, compact_config(file_delete_delay_ms=delete_delay_ms))
+    for r in range(8):
+        e.append([kv(f"k{r % 2}", f"v{r}")], roll=r % 4 == 3)
+    e.append([kv("k0", "active")])
+    return e
+
+
 def test_swapped_out_segments_wait_file_delete_delay_and_stay_readable(tmp_path: Path) -> None:
-    e = Env(tmp_path, compact_config(file_delete_delay_ms=5000))
+    e = _two_dirty_segments(tmp_path, 5000)
     try:
-        for r in range(8):
-            e.append([kv(f"k{r % 2}", f"v{r}")], roll=r % 4 == 3)
-        e.append([kv("k0", "active")])
         held = e.log.segments[0]  # a reader holding the old segment across the swap
         before = held.read(0, 1 << 20)
         assert before
@@ -759,11 +765,8 @@ def test_swapped_out_segments_wait_file_delete_delay_and_stay_readable(tmp_path:
 
 
 def test_without_a_delay_swapped_out_segments_go_at_once(tmp_path: Path) -> None:
-    e = Env(tmp_path, compact_config(file_delete_delay_ms=0))
+    e = _two_dirty_segments(tmp_path, 0)
     try:
-        for r in range(8):
-            e.append([kv(f"k{r % 2}", f"v{r}")], roll=r % 4 == 3)
-        e.append([kv("k0", "active")])
         assert e.clean()
         assert e.log.pending_deletes == 0 and _deleted(e.log) == []
         names = sorted(p.name for p in e.log.dir.glob("*.log"))
