@@ -29,7 +29,7 @@ from tests.unit.test_alter_configs import (
     served,  # noqa: F401 - the handlers' versions, as test_alter_configs serves them
 )
 
-E_NONE, E_INVALID_REQUEST = 0, 42
+E_NONE, E_INVALID_CONFIG, E_INVALID_REQUEST = 0, 40, 42
 HOUR = 3_600_000
 
 
@@ -85,6 +85,8 @@ async def test_dynamic_changes_reach_existing_logs(parts: Components) -> None:
         == [E_INVALID_REQUEST]
     assert await incremental(parts, [(BROKER, "", [("log.dir", SET, "/x")])]) == [
         E_INVALID_REQUEST]
+    assert await incremental(parts, [(BROKER, "", [("log.roll.hours", 2, "1")])]) == [
+        E_INVALID_CONFIG]  # APPEND: Kafka's hours are an INT, not a LIST
 
 
 async def test_describe_lists_kafkas_other_names_with_their_synonyms(parts: Components) -> None:
