@@ -211,8 +211,8 @@ class Log:
         self.last_flush_ms = system_wall_ms() if now_ms is None else now_ms
         self._closed = False
         self._unsynced_snapshots: list[Path] = []  # written at roll, fsynced by the next flush
-        #: (due wall ms, segment): retention's segments, renamed ``.deleted``, waiting for
-        #: file.delete.delay.ms before their files are removed.
+        #: (due wall ms, segment): segments out of the log (retention, the cleaner's swap),
+        #: renamed ``.deleted``, waiting for file.delete.delay.ms before their files go.
         self._deleted_segments: list[tuple[int, LogSegment]] = []
         self.producer_state = ProducerStateManager(self.dir, topic, partition)
         #: a transaction index failed its check at load: rebuild them all from the log start.
