@@ -157,6 +157,18 @@ KEYS: dict[str, Key] = {
         Key("log.flush.offset.checkpoint.interval.ms", int, "60000",
             "How often recovery points are checkpointed (bounds recovery work).", min=1),
         Key("log.index.interval.bytes", int, "4096", "Bytes between offset index entries.", min=0),
+        Key("log.roll.jitter.ms", int, "0",
+            "Default segment.jitter.ms: the most a segment's time-based roll comes early, "
+            "drawn per segment (log.roll.jitter.hours when not given).", min=0),
+        Key("log.index.size.max.bytes", int, "10485760",
+            "Default segment.index.bytes: a segment rolls once an index holds this many "
+            "bytes of entries.", min=4, max=2**31 - 1),
+        Key("log.segment.delete.delay.ms", int, "60000",
+            "Default file.delete.delay.ms: how long a segment deleted by retention or swapped "
+            "out by the cleaner stays on disk renamed .deleted (0: removed at once).", min=0),
+        Key("log.preallocate", _bool, "false",
+            "Default preallocate: a new segment's file is created at segment.bytes and cut "
+            "to its data when rolled or closed."),
         Key("num.recovery.threads.per.data.dir", int, "1",
             "Logs of one log dir loaded at once after an unclean shutdown (each rereads only "
             "what lies past its recovery point).", min=1),
@@ -373,6 +385,7 @@ ALIASES: dict[str, Alias] = {
         Alias("log.retention.minutes", "log.retention.ms", 60_000),
         Alias("log.retention.hours", "log.retention.ms", 3_600_000),
         Alias("log.roll.hours", "log.roll.ms", 3_600_000, min=1),
+        Alias("log.roll.jitter.hours", "log.roll.jitter.ms", 3_600_000, min=0),
     )
 }
 

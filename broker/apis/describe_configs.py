@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.admin import DescribeConfigsResponse
 
 from broker.apis.authorize import MESSAGES, allowed, cluster_allowed
-from broker.config import KEYS, value_text
+from broker.config import ALIASES, KEYS, value_text
 from broker.metadata.dynamic_config import (
     DEFAULT_CONFIG,
     DYNAMIC_TOPIC_CONFIG,
+    NULL_DEFAULT_KEYS,
     STORED_BROKER_KEYS,
     GroupConfigs,
 )
@@ -128,17 +129,20 @@ def _topic_entries(ctx: ApiContext, name: str, synonyms: bool, docs: bool) -> li
     dynamic = ctx.topics.dynamic
     entries = []
     for key, value in ctx.topics.topic_config(info).items():
-        if key in STORED_TOPIC_CONFIGS:
+        broker_key = TOPIC_CONFIG_DEFAULTS.get(key) or STORED_TOPIC_CONFIGS[key][0]
+        if broker_key not in KEYS:
             entries.append(_stored_entry(key, value, key in info.configs, synonyms, docs))
             continue
-        broker_key = TOPIC_CONFIG_DEFAULTS[key]
-        text = _topic_value_text(key, value)
+        if key in STORED_TOPIC_CONFIGS:
+            text = stored_topic_value_text(key, value)
+            kind = _STORED_TYPES[STORED_TOPIC_CONFIGS[key][2]]
+        else:
+            text, kind = _topic_value_text(key, value), TOPIC_TYPES.get(key, LONG)
         found = dynamic.synonyms(broker_key)
         if key in info.configs:
             found.insert(0, (key, text, DYNAMIC_TOPIC_CONFIG))
-        source = found[0][2]
-        entries.append(_entry(key, text, source, False, found if synonyms else [],
-                              TOPIC_TYPES.get(key, LONG),
+        source = found[0][2] if found else DEFAULT_CONFIG
+        entries.append(_entry(key, text, source, False, found if synonyms else [], kind,
                               KEYS[broker_key].doc if docs else None))
     return entries
 
@@ -171,9 +175,13 @@ def _stored_entry(key: str, value: str, overridden: bool, synonyms: bool, docs: 
 
 
 def _broker_entries(ctx: ApiContext, name: str, synonyms: bool, docs: bool) -> list[Entry]:
+    """Every broker key, Kafka's other names (log.dir, log.retention.hours ...) each an entry
+    of its own as in Kafka's answer; a value is what its own name was given, and the served
+    key's value in use when Kafka has a default for it."""
     dynamic = ctx.topics.dynamic
     per_broker = bool(dynamic.resource(name))
-    keys = list(KEYS) + list(STORED_BROKER_KEYS) if per_broker else list(dynamic.overrides(""))
+    keys = ([*KEYS, *ALIASES, *STORED_BROKER_KEYS] if per_broker
+            else list(dynamic.overrides("")))
     updatable = dynamic.updatable
     entries = []
     for key in keys:
@@ -181,12 +189,24 @@ def _broker_entries(ctx: ApiContext, name: str, synonyms: bool, docs: bool) -> l
         if key in STORED_BROKER_KEYS:
             entries.append(_stored_broker_entry(key, found, synonyms, docs))
             continue
-        text = value_text(ctx.config[key]) if per_broker else found[0][1]
+        served = ALIASES[key].target if key in ALIASES else key
+        if not per_broker:
+            text: str | None = found[0][1]
+        elif key in ALIASES or key in NULL_DEFAULT_KEYS:
+            text = found[0][1] if found else None
+        else:
+            text = value_text(ctx.config[key])
         source = found[0][2] if found else DEFAULT_CONFIG
-        entries.append(_entry(key, text, source, key not in updatable,
+        entries.append(_entry(key, text, source, served not in updatable,  # type: ignore[arg-type]
                               found if synonyms else [], _broker_type(key),
-                              KEYS[key].doc if docs else None))
+                              _alias_doc(key) if docs else None))
     return entries
+
+
+def _alias_doc(key: str) -> str:
+    if key in ALIASES:
+        return f"Kafka's other name for {ALIASES[key].target}."
+    return KEYS[key].doc
 
 
 def _stored_broker_entry(key: str, found: list[tuple[str, str, int]], synonyms: bool,
@@ -221,6 +241,8 @@ def _topic_value_text(key: str, text: str) -> str:
 
 
 def _broker_type(key: str) -> int:
+    if key in ALIASES:  # Kafka's hours, minutes and broker.id are INT, log.dir a STRING
+        return STRING if key == "log.dir" else INT
     spec = KEYS[key]
     if spec.parse is int:
         if key in _INT_MS_BROKER_KEYS:

@@ -24,7 +24,7 @@ from broker.apis.alter_configs import (
     check_keys,
 )
 from broker.apis.authorize import MESSAGES, allowed
-from broker.config import KEYS
+from broker.config import ALIASES, KEYS
 from broker.metadata.dynamic_config import STORED_BROKER_KEYS, GroupConfigs, is_list_key
 from broker.metadata.file_store import STORED_TOPIC_CONFIGS, TOPIC_CONFIG_DEFAULTS, TOPIC_LIST_KEYS
 from broker.security.acl import AclOperation, ResourceType
@@ -121,6 +121,8 @@ def _broker_default(key: str) -> str:
 
 
 def _broker_list_key(key: str) -> bool:
+    if key in ALIASES:
+        return False  # Kafka's other names are numbers or a directory, never a LIST
     if key not in KEYS and key not in STORED_BROKER_KEYS:
         raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown config name: {key}")
     return is_list_key(key)

@@ -20,7 +20,8 @@ One clean of a log, on a cleaner thread:
    (RETAIN_EMPTY for an active producer's last batch and for the batch ending the cleanable
    section, DELETE for aborted data and expired markers, DELETE_EMPTY otherwise).
 4. On the event loop: ``Log.replace_segments`` swaps the group in, crash-safely, unless the
-   replaced segments are no longer the log's; then the thread unlinks the old files.
+   replaced segments are no longer the log's; the old ones, renamed ``.deleted``, are removed
+   after file.delete.delay.ms, as retention's are.
 
 Delete horizon (KIP-534): the first clean that keeps a tombstone, or an end-transaction marker
 whose transaction has no data left, rebuilds its batch with attribute bit 0x40 and base
@@ -724,10 +725,7 @@ class Cleaner:
                 keep_files = True
                 raise
             if not swapped:
-                raise _Aborted()
-            for seg in old:
-                for path in seg.file_paths():
-                    path.unlink(missing_ok=True)
+                raise _Aborted()  # the old segments now wait file.delete.delay.ms (the log's)
         finally:
             txn.cleaned_index = None
             if not swapped:

@@ -40,6 +40,7 @@ class LogConfig:
     roll_jitter_ms: int = 0  # log.roll.jitter.ms: most a segment's roll comes early
     max_index_size: int = 10 * 1024 * 1024  # log.index.size.max.bytes: an index's most bytes
     file_delete_delay_ms: int = 60_000  # log.segment.delete.delay.ms
+    preallocate: bool = False  # log.preallocate: a new segment's file made segment.bytes long
 
     @property
     def compact(self) -> bool:
@@ -128,4 +129,5 @@ _TOPIC_KEYS: dict[str, tuple[str, Callable[[str], object]]] = {
     "segment.jitter.ms": ("roll_jitter_ms", int),
     "segment.index.bytes": ("max_index_size", int),
     "file.delete.delay.ms": ("file_delete_delay_ms", int),
+    "preallocate": ("preallocate", lambda v: v.strip().lower() == "true"),
 }

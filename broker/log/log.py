@@ -218,8 +218,8 @@ class Log:
         self.last_flush_ms = system_wall_ms() if now_ms is None else now_ms
         self._closed = False
         self._unsynced_snapshots: list[Path] = []  # written at roll, fsynced by the next flush
-        #: (due wall ms, segment): retention's segments, renamed ``.deleted``, waiting for
-        #: file.delete.delay.ms before their files are removed.
+        #: (due wall ms, segment): segments out of the log (retention, the cleaner's swap),
+        #: renamed ``.deleted``, waiting for file.delete.delay.ms before their files go.
         self._deleted_segments: list[tuple[int, LogSegment]] = []
         self.producer_state = ProducerStateManager(self.dir, topic, partition)
         #: which leader epoch wrote which offsets (broker/log/leader_epoch_cache.py).
@@ -238,6 +238,11 @@ class Log:
         #: with writes for the old active segment still queued at a roll, the new base
         #: offset: once durable past it, the old segment's descriptor is closed.
         self._release_after: int | None = None
+        #: told on the event loop (the wall ms of the change) when segments were renamed
+        #: ``.deleted`` to be removed after file.delete.delay.ms: the owner schedules their
+        #: removal (Kafka's scheduled deleteSegmentFiles). Without one, the next retention
+        #: pass or the close removes them.
+        self.on_segments_deleted: Callable[[int], None] | None = None
         try:
             self._load(clean_shutdown, recovery_point, log_start_offset,
                        self.clock.wall_ms() if now_ms is None else now_ms)
@@ -316,7 +321,8 @@ class Log:
             segments = recover_segments(segments, recovery_point)
         if not segments:
             segments = [
-                LogSegment(self.dir, log_start_offset, self._index_interval(), now_ms=now_ms)
+                LogSegment(self.dir, log_start_offset, self._index_interval(), now_ms=now_ms,
+                           preallocate=self._init_file_size())
             ]
         elif not segments[-1].holds_fd:
             segments[-1].hold()  # recovery deleted the segments after a corrupt one
@@ -394,6 +400,10 @@ class Log:
 
     def _index_interval(self) -> int:
         return self.config.index_interval_bytes
+
+    def _init_file_size(self) -> int:
+        """Kafka's LogConfig.initFileSize: a new segment's file length (preallocate)."""
+        return self.config.segment_bytes if self.config.preallocate else 0
 
     def _open_segment(self, base: int, now_ms: int | None, names: set[str],
                       active: bool) -> LogSegment:
@@ -787,16 +797,18 @@ class Log:
                 raise
         return out
 
-    def replace_segments(self, cleaned: LogSegment, old: list[LogSegment]) -> bool:
+    def replace_segments(self, cleaned: LogSegment, old: list[LogSegment],
+                         now_ms: int | None = None) -> bool:
         """Swap ``cleaned`` (its files named ``.cleaned``, written whole and fsynced) in for
         the consecutive inactive segments ``old``; on the event loop. False, with nothing
         changed, when ``old`` are no longer this log's (retention, DeleteRecords, a close or
         a delete got there first): the caller deletes the cleaned files.
 
         Crash-safe as Kafka's replaceSegments: ``.cleaned`` -> ``.swap`` (dir fsynced), each
-        old segment's files -> ``.deleted`` (dir fsynced), ``.swap`` -> final names; the old
-        files are unlinked by the caller afterwards. ``_complete_swap`` finishes the job at
-        load wherever a crash stopped it. A disk error takes the dir offline.
+        old segment's files -> ``.deleted`` (dir fsynced), ``.swap`` -> final names. The old
+        segments then wait file.delete.delay.ms, as retention's do, so a reader holding one
+        keeps reading it. ``_complete_swap`` finishes the job at load wherever a crash stopped
+        it. A disk error takes the dir offline.
         """
         if self._closed or self.offline or not old:
             return False
@@ -827,9 +839,11 @@ class Log:
         with self._lock:
             segments[i : i + len(old)] = [cleaned]
             self._bases[i : i + len(old)] = [cleaned.base_offset]
-            for seg in old:
-                seg.close_quietly()
             cleaned.release()  # inactive: it borrows a descriptor when read
+        try:
+            self._delete_later(old, self.clock.wall_ms() if now_ms is None else now_ms)
+        except OSError as e:
+            raise self._dir_failed("deleting swapped-out segments of", e) from e
         return True
 
     def collect_aborted_transactions(
@@ -900,10 +914,11 @@ class Log:
         if active.size == 0:
             return active
         new_base = self._next_offset
+        active.on_become_inactive()  # trimmed before the next segment exists, as Kafka
         segment = LogSegment(self.dir, new_base, self._index_interval(),
-                             now_ms=self.clock.wall_ms() if now_ms is None else now_ms)
+                             now_ms=self.clock.wall_ms() if now_ms is None else now_ms,
+                             preallocate=self._init_file_size())
         segment.roll_jitter_ms = self.config.random_segment_jitter(self.jitter_rng)
-        active.on_become_inactive()
         with self._lock:
             self.segments.append(segment)
             self._bases.append(new_base)
@@ -1166,16 +1181,28 @@ class Log:
     def _delete_segment_files(self, segments: list[LogSegment], now_ms: int) -> None:
         """Kafka's asyncDeleteSegment: with file.delete.delay.ms, the segments' files are
         renamed ``.deleted`` now and removed once the delay has passed, so a reader still
-        holding one keeps reading it (its open descriptors survive the rename); a restart
-        removes leftovers. Without a delay they go at once."""
+        holding one keeps reading it (its open descriptors survive the rename, and one
+        borrowed later opens the new name); a restart removes leftovers. Without a delay they
+        go at once."""
+        if self.config.file_delete_delay_ms > 0:
+            with self._lock:
+                for seg in segments:
+                    seg.change_file_suffix(DELETED_FILE_SUFFIX)
+        self._delete_later(segments, now_ms)
+
+    def _delete_later(self, segments: list[LogSegment], now_ms: int) -> None:
+        """Segments out of the log (renamed ``.deleted`` when there is a delay): removed after
+        file.delete.delay.ms, the one path of retention and the cleaner's swap."""
         delay = self.config.file_delete_delay_ms
         with self._lock:
             for seg in segments:
                 if delay > 0:
-                    seg.change_file_suffix(DELETED_FILE_SUFFIX)
                     self._deleted_segments.append((now_ms + delay, seg))
                 else:
                     seg.delete()
+        listener = self.on_segments_deleted
+        if delay > 0 and segments and listener is not None:
+            listener(now_ms)
 
     @property
     def pending_deletes(self) -> int:

@@ -32,7 +32,7 @@ from typing import NamedTuple
 import structlog
 
 from broker.log.segment import LogSegment
-from protocol.record_batch import NO_TIMESTAMP, CorruptRecordError
+from protocol.record_batch import LOG_OVERHEAD, NO_TIMESTAMP, CorruptRecordError
 
 __all__ = ["RecoveryStats", "STATS", "recover_segment", "recover_segments"]
 
@@ -99,6 +99,9 @@ def _trusted_prefix(segment: LogSegment, from_offset: int) -> _Prefix | None:
                 return None  # the recovery point is not a batch boundary here
             if header.max_timestamp > max_ts:
                 max_ts, max_ts_offset = header.max_timestamp, last
+            if last + 1 == from_offset:  # the next header may be a preallocated tail's zeros
+                end = pos + header.size_in_bytes
+                return _Prefix(end, from_offset, max_ts, max_ts_offset, last_index_entry)
     except CorruptRecordError:
         return None
     return None  # the file ends below the recovery point
@@ -153,6 +156,11 @@ def recover_segment(segment: LogSegment, from_offset: int | None = None) -> int:
             valid_bytes = pos + header.size_in_bytes
     except CorruptRecordError as e:
         reason = str(e)
+    if valid_bytes + LOG_OVERHEAD <= segment.size and segment.read_bytes(
+            valid_bytes, LOG_OVERHEAD) == bytes(LOG_OVERHEAD):
+        # Kafka's recovery stops here too (a batch size below any batch's): zeros no append
+        # wrote, the tail of a preallocated file (or of a crash the file system zero-filled).
+        reason = "an all-zero batch header (the unwritten tail of a preallocated file)"
     truncated = segment.truncate_to_position(valid_bytes)
     segment.txn_index.truncate_to(expected_offset)
     if truncated and not reason:

@@ -97,7 +97,7 @@ class LogSegment:
         "dir", "base_offset", "index_interval_bytes", "file_suffix", "_fd", "_closed", "_size",
         "offset_index", "time_index", "txn_index", "_bytes_since_last_index_entry",
         "created_ms", "_max_ts", "_offset_of_max_ts", "_rolling_ts", "roll_jitter_ms",
-        "__weakref__",
+        "_preallocated", "__weakref__",
     )
 
     def __init__(
@@ -110,7 +110,10 @@ class LogSegment:
         file_suffix: str = "",
         active: bool = True,
         size: int | None = None,
+        preallocate: int = 0,
     ) -> None:
+        """``preallocate`` (Kafka's initFileSize under preallocate=true): a new file is made
+        that long at once, its data starting at 0, and cut to its data by ``trim``."""
         self.dir = dir
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
@@ -126,6 +129,9 @@ class LogSegment:
                 size = os.fstat(self._fd).st_size if active else os.stat(self.log_path).st_size
             self._size = size
             new_file = active and size == 0
+            self._preallocated = new_file and preallocate > 0
+            if self._preallocated:
+                disk.ftruncate(self._fd, preallocate)  # zero-filled: Kafka's setLength
             self.offset_index = OffsetIndex(
                 (dir, name + INDEX_FILE_SUFFIX + file_suffix), base_offset, create=new_file)
             self.time_index = TimeIndex(
@@ -166,8 +172,14 @@ class LogSegment:
 
     @property
     def size(self) -> int:
-        """Bytes in the ``.log`` file (Kafka's segment.size)."""
+        """Bytes of data in the ``.log`` file (Kafka's segment.size): a preallocated file is
+        longer, its tail zeros that nothing reads."""
         return self._size
+
+    @property
+    def preallocated(self) -> bool:
+        """Whether the file was made longer than its data and not yet trimmed."""
+        return self._preallocated
 
     @property
     def closed(self) -> bool:
@@ -535,8 +547,17 @@ class LogSegment:
                 or len(self.time_index) >= max_index_size // TimeIndex.entry_size)
 
     def on_become_inactive(self) -> None:
-        """Record the segment's final max timestamp in the time index, as Kafka does on roll."""
+        """Record the segment's final max timestamp in the time index and cut a preallocated
+        file to its data, as Kafka does on roll."""
         self._append_final_time_index_entry()
+        self.trim()
+
+    def trim(self) -> None:
+        """Kafka's FileRecords.trim: a preallocated file cut to the data written (bytes still
+        queued for the dir's writer lie below ``size`` and are not cut)."""
+        if self._preallocated and not self._closed:
+            disk.ftruncate(self._io_fd(), self._size)
+            self._preallocated = False
 
     def _append_final_time_index_entry(self) -> None:
         # Never read (``_max_ts`` None): the time index already ends with it.
@@ -550,6 +571,7 @@ class LogSegment:
         if removed > 0:
             disk.ftruncate(self._io_fd(), position)
             self._size = position
+            self._preallocated = False
             self.offset_index.truncate_to_position(position)
         if self._size == 0:
             self.rolling_based_timestamp = None
@@ -609,6 +631,7 @@ class LogSegment:
             return
         self._append_final_time_index_entry()
         try:
+            self.trim()
             self.offset_index.close()
             self.time_index.close()
             self.txn_index.close()

@@ -18,8 +18,15 @@ from dataclasses import dataclass
 
 import structlog
 
-from broker.config import KEYS, BrokerConfig, ConfigError, parse_value, value_text
-from broker.metadata.file_store import TOPIC_CONFIG_DEFAULTS, MetadataStore
+from broker.config import (
+    ALIASES,
+    KEYS,
+    BrokerConfig,
+    ConfigError,
+    parse_value,
+    value_text,
+)
+from broker.metadata.file_store import STORED_TOPIC_CONFIGS, TOPIC_CONFIG_DEFAULTS, MetadataStore
 from protocol.errors import ErrorCode, KafkaError
 
 logger = structlog.get_logger("broker")
@@ -35,7 +42,8 @@ DEFAULT_CONFIG = 5
 # broker knows: the topic defaults (DynamicLogConfig), the cleaner's (LogCleaner), the
 # request handler pool (DynamicThreadPool), the connection limits (SocketServer) and the
 # listeners (DynamicListenerConfig, per broker only).
-TOPIC_DEFAULT_KEYS = frozenset(TOPIC_CONFIG_DEFAULTS.values())
+TOPIC_DEFAULT_KEYS = frozenset(TOPIC_CONFIG_DEFAULTS.values()) | frozenset(
+    syn for syn, _default, _kind, _least in STORED_TOPIC_CONFIGS.values() if syn in KEYS)
 CLEANER_KEYS = frozenset({
     "log.cleaner.threads", "log.cleaner.dedupe.buffer.size",
     "log.cleaner.io.buffer.load.factor", "log.cleaner.io.buffer.size",
@@ -137,6 +145,61 @@ def stored_value_text(key: str, value: str | None) -> str | None:
     return text
 
 
+# Kafka's brokerConfigSynonyms: the names of one setting, highest precedence first.
+_SYNONYM_GROUPS: tuple[tuple[str, ...], ...] = (
+    ("log.roll.ms", "log.roll.hours"),
+    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+)
+_SYNONYMS = {name: group for group in _SYNONYM_GROUPS for name in group}
+# Keys Kafka defines without a default (null): their value comes from a later synonym, and
+# DescribeConfigs shows them null, with no DEFAULT_CONFIG synonym, unless given by name.
+NULL_DEFAULT_KEYS = frozenset({"log.roll.ms", "log.roll.jitter.ms", "log.retention.ms",
+                               "log.retention.minutes", "log.dirs"})
+# Kafka's ConfigDef defaults of its other names served here (log.dir's is this broker's
+# log.dirs default, the directory a broker given neither uses; broker.id's is node.id's).
+_ALIAS_DEFAULTS = {"log.roll.hours": "168", "log.roll.jitter.hours": "0",
+                   "log.retention.hours": "168", "log.dir": KEYS["log.dirs"].default,
+                   "broker.id": KEYS["node.id"].default}
+
+
+def _served_name(key: str) -> str:
+    """The served key a broker key sets: itself, or the key Kafka's other name stands for
+    (log.retention.hours -> log.retention.ms), updatable when that key is."""
+    return ALIASES[key].target if key in ALIASES else key
+
+
+def broker_synonyms(key: str) -> tuple[str, ...]:
+    """Kafka's brokerConfigSynonyms of a broker key (the key alone when it has none)."""
+    return _SYNONYMS.get(key, (key,))
+
+
+def static_with_synonyms(static: dict[str, str]) -> dict[str, str]:
+    """The static text as Kafka's KafkaConfig holds it: broker.id and node.id each given the
+    other's value when only one is set (KafkaConfig.populateSynonyms)."""
+    out = dict(static)
+    if "broker.id" in out and "node.id" not in out:
+        out["node.id"] = out["broker.id"]
+    elif "node.id" in out and "broker.id" not in out:
+        out["broker.id"] = out["node.id"]
+    return out
+
+
+def _defaults_of(names: Iterable[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name in names:
+        if name in STORED_BROKER_KEYS:
+            default = stored_value_text(name, STORED_BROKER_KEYS[name][1])
+            if default is not None:
+                out[name] = default
+        elif name in _ALIAS_DEFAULTS:
+            out[name] = _ALIAS_DEFAULTS[name]
+        elif name in KEYS and name not in NULL_DEFAULT_KEYS:
+            spec = KEYS[name]
+            out[name] = value_text(spec.parse(spec.default))
+    return out
+
+
 Apply = Callable[[BrokerConfig], None]
 Validate = Callable[[BrokerConfig, BrokerConfig], None]
 
@@ -212,9 +275,13 @@ class DynamicBrokerConfig:
                         raise ConfigError(f"{key}={value!r} cannot be stored here")
                     kept[key] = value
                     continue
-                if key not in KAFKA_DYNAMIC_KEYS or (not name and key in PER_BROKER_KEYS):
+                served = _served_name(key)
+                if served not in KAFKA_DYNAMIC_KEYS or (not name and served in PER_BROKER_KEYS):
                     raise ConfigError(f"{key} cannot be updated dynamically")
-                parse_value(key, value)
+                if served == key:
+                    parse_value(key, value)
+                else:
+                    self.config.layered({key: value})  # the alias checked as at start
             except ConfigError as exc:
                 logger.error("persisted dynamic broker config ignored", resource=name, key=key,
                           reason=str(exc))
@@ -256,23 +323,23 @@ class DynamicBrokerConfig:
         return self.node
 
     def synonyms(self, key: str, per_broker: bool = True) -> list[tuple[str, str, int]]:
-        """(name, value, source) of a broker key, highest precedence first, as Kafka lists
-        them; the cluster default resource shows only its own layer."""
-        found: list[tuple[str, str, int]] = []
-        if per_broker and key in self._layers[self.node]:
-            found.append((key, self._layers[self.node][key], DYNAMIC_BROKER_CONFIG))
-        if key in self._layers[""]:
-            found.append((key, self._layers[""][key], DYNAMIC_DEFAULT_BROKER_CONFIG))
-        if key in STORED_BROKER_KEYS:
-            default = stored_value_text(key, STORED_BROKER_KEYS[key][1])
-            if per_broker and default is not None:
-                found.append((key, default, DEFAULT_CONFIG))
-            return found
-        if per_broker and key in self.config.static:
-            found.append((key, self.config.static[key], STATIC_BROKER_CONFIG))
-        if per_broker:
-            spec = KEYS[key]
-            found.append((key, value_text(spec.parse(spec.default)), DEFAULT_CONFIG))
+        """(name, value, source) of a broker key and Kafka's other names for it, as Kafka's
+        ConfigHelper lists them: layer by layer (this broker's dynamic config, the cluster
+        default, the static config, the defaults), each layer in the synonyms' order, then
+        whatever precedes the key's own name dropped; the cluster default resource shows only
+        its own layer."""
+        names = broker_synonyms(key)
+        layers: list[tuple[dict[str, str], int]] = [
+            (self._layers[self.node], DYNAMIC_BROKER_CONFIG),
+            (self._layers[""], DYNAMIC_DEFAULT_BROKER_CONFIG),
+            (static_with_synonyms(self.config.static), STATIC_BROKER_CONFIG),
+            (_defaults_of(names), DEFAULT_CONFIG)]
+        found = [(name, layer[name], source) for layer, source in layers for name in names
+                 if name in layer]
+        while found and found[0][0] != key:
+            found.pop(0)  # Kafka's dropWhile: an alias above the key is not its synonym
+        if not per_broker:
+            found = [f for f in found if f[2] == DYNAMIC_DEFAULT_BROKER_CONFIG]
         return found
 
     # -- changing -------------------------------------------------------------------------------
@@ -318,7 +385,8 @@ class DynamicBrokerConfig:
 
     def _check_keys(self, name: str, overrides: dict[str, str]) -> None:
         updatable = self.updatable
-        for key, value in overrides.items():
+        for given, value in overrides.items():
+            key = _served_name(given)
             if key in STORED_BROKER_KEYS:
                 if not name and STORED_BROKER_KEYS[key][2]:
                     problem = ("Cannot update these configs at default cluster level, broker "
@@ -329,14 +397,14 @@ class DynamicBrokerConfig:
                     continue
                 raise KafkaError(ErrorCode.INVALID_REQUEST, problem)
             if key not in KEYS:
-                problem = f"Unknown broker config: {key}"
+                problem = f"Unknown broker config: {given}"
             elif key not in KAFKA_DYNAMIC_KEYS:
-                problem = f"Cannot update these configs dynamically: {key}"
+                problem = f"Cannot update these configs dynamically: {given}"
             elif key not in updatable:
-                problem = f"{key} cannot be updated dynamically by this broker (needs a restart)"
+                problem = f"{given} cannot be updated dynamically by this broker (needs a restart)"
             elif not name and key in PER_BROKER_KEYS:
                 problem = ("Cannot update these configs at default cluster level, broker id "
-                           f"must be specified: {key}")
+                           f"must be specified: {given}")
             else:
                 continue
             raise KafkaError(ErrorCode.INVALID_REQUEST, problem)

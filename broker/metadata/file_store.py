@@ -57,10 +57,12 @@ TOPIC_CONFIG_DEFAULTS: dict[str, str] = {
     "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
     "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
 }
-# The rest of Kafka 4.0's topic keys (LogConfig): accepted, checked as Kafka checks them, stored
-# and described with Kafka's defaults, but with no effect here (one broker, no replicas to
-# elect or throttle, no tiered storage; docs/operations.md says which and why). Key -> (its
-# broker synonym in Kafka, or None; Kafka's default; ConfigDef type; least value of a number).
+# The rest of Kafka 4.0's topic keys (LogConfig), checked as Kafka checks them and stored. Those
+# whose broker synonym config.py serves (segment.jitter.ms, segment.index.bytes,
+# file.delete.delay.ms, preallocate) apply and default to it; the others are described with
+# Kafka's defaults and have no effect here (one broker, no replicas to elect or throttle, no
+# tiered storage; docs/operations.md says which and why). Key -> (its broker synonym in Kafka,
+# or None; Kafka's default; ConfigDef type; least value of a number).
 STORED_TOPIC_CONFIGS: dict[str, tuple[str | None, str, str, int | None]] = {
     "segment.jitter.ms": ("log.roll.jitter.ms", "0", "long", 0),
     "segment.index.bytes": ("log.index.size.max.bytes", "10485760", "int", 4),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import structlog
 
-from broker.config import BrokerConfig, value_text
+from broker.config import KEYS, BrokerConfig, value_text
 from broker.log.config import LogConfig
 from broker.log.dir_failure import KafkaStorageError
 from broker.log.manager import LogManager
@@ -33,12 +33,13 @@ _MAX_LOG_CONFIGS = 1024  # distinct sets of topic overrides whose LogConfig is k
 
 
 def topic_defaults(config: BrokerConfig) -> dict[str, str]:
-    """Each topic config's value when a topic does not override it: the broker's key's, or
+    """Each topic config's value when a topic does not override it: the broker's key's (a
+    stored key's too when config.py serves its broker synonym, as log.preallocate), else
     Kafka's default for the keys stored without effect."""
     return {**{key: value_text(config[broker_key])
                for key, broker_key in TOPIC_CONFIG_DEFAULTS.items()},
-            **{key: default for key, (_syn, default, _kind, _least)
-               in STORED_TOPIC_CONFIGS.items()}}
+            **{key: value_text(config[syn]) if syn in KEYS else default
+               for key, (syn, default, _kind, _least) in STORED_TOPIC_CONFIGS.items()}}
 
 
 def log_config(config: BrokerConfig, overrides: dict[str, str]) -> LogConfig:

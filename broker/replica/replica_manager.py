@@ -413,8 +413,6 @@ class ReplicaManager:
                 logger.info("retention deleted segments", topic=p.topic, partition=p.index,
                             segments=deleted, log_start_offset=p.log_start_offset)
                 self.fetch_purgatory.check_and_complete(p.key)
-                if p.log.pending_deletes:
-                    self.timer.add(_DeleteDueSegments(p.log, ts, self.clock))
 
 
     def _after_append(self, partition: Partition, info: AppendInfo, hw_moved: bool) -> None:
@@ -500,10 +498,17 @@ class ReplicaManager:
     def add_partition(self, partition: Partition) -> None:
         self.partitions[partition.key] = partition
         partition.log.on_durable = functools.partial(self._on_durable, partition)
+        partition.log.on_segments_deleted = functools.partial(self._delete_later,
+                                                              partition.log)
         self.opened_at[partition.key] = partition.log_end_offset
         channel = partition.log.failure_channel
         if not any(c is channel for c in self._failure_channels):
             self._watch_log_dir_failures(channel)
+
+    def _delete_later(self, log: Log, deleted_at_ms: int) -> None:
+        """Segments of ``log`` renamed ``.deleted`` (retention, the cleaner's swap): their
+        files go when file.delete.delay.ms has passed."""
+        self.timer.add(_DeleteDueSegments(log, deleted_at_ms, self.clock))
 
     def partition_or_error(self, tp: TopicPartition) -> tuple[Partition | None, ErrorCode]:
         """Kafka's getPartitionOrError, for handlers that read a partition themselves

@@ -24,6 +24,7 @@ tombstones' delete horizon), after which a clean is made due and polled for.
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -70,9 +71,22 @@ ROLL_KEY = b"~roll"
 CONTROL = 0x20  # batch attribute: a transaction marker
 
 
+# How long segments the cleaner swaps out stay on disk renamed .deleted (Kafka's default is
+# a minute): short, so a test sees them come and go.
+DELETE_DELAY_MS = 1000
+
+
 def compact_config(**extra: str) -> dict[str, str]:
     return {"cleanup.policy": "compact", "segment.bytes": str(SEGMENT_BYTES),
-            "segment.ms": str(ROLL_MS), "min.cleanable.dirty.ratio": "0.01", **extra}
+            "segment.ms": str(ROLL_MS), "min.cleanable.dirty.ratio": "0.01",
+            "file.delete.delay.ms": str(DELETE_DELAY_MS), **extra}
+
+
+def wait_deleted_gone(path: Path, what: str) -> None:
+    """The swapped-out segments' .deleted files are removed once file.delete.delay.ms has
+    passed (the clean that made the last of them has finished when this is called)."""
+    wait_until(lambda: not any(n.endswith(".deleted") for n in os.listdir(path)),
+               10 + DELETE_DELAY_MS / 1000, what)
 
 
 def produce(bootstrap: str, topic: str, records: list[Rec], timeout: float = 60) -> list[int]:
@@ -219,7 +233,9 @@ def test_compacted_topic_keeps_one_record_per_key(cbroker: BrokerProcess,
     ends = [(b.base_offset, b.last_offset) for b in batches]
     assert all(prev[1] < nxt[0] for prev, nxt in zip(ends, ends[1:], strict=False)), ends
     for d in partition_dir(logs, compacted.topic).iterdir():
-        assert not d.name.endswith((".cleaned", ".swap", ".deleted")), f"debris: {d.name}"
+        assert not d.name.endswith((".cleaned", ".swap")), f"debris: {d.name}"
+    wait_deleted_gone(partition_dir(logs, compacted.topic),
+                      "the swapped-out segments removed after file.delete.delay.ms")
 
 
 @pytest.mark.parametrize("client", list(CONSUMERS))

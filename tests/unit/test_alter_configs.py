@@ -341,7 +341,7 @@ async def test_describe_topic_sources_synonyms_and_types(parts: Components) -> N
         "1000", TOPIC_SRC, False)
     assert [(s.name, s.value, s.source) for s in retention.synonyms] == [
         ("retention.ms", "1000", TOPIC_SRC), ("log.retention.ms", "600000", STATIC),
-        ("log.retention.ms", "604800000", DEFAULT)]
+        ("log.retention.hours", "168", DEFAULT)]  # Kafka: log.retention.ms has no default
     segment = got["segment.bytes"]
     assert (segment.value, segment.config_source) == ("8192", DYN_DEFAULT)
     assert [(s.name, s.source) for s in segment.synonyms] == [
@@ -376,8 +376,10 @@ async def test_describe_broker_layers(parts: Components) -> None:
     retention = node["log.retention.ms"]
     assert (retention.value, retention.config_source, retention.read_only) == (
         "6000", DYN_BROKER, False)
-    assert [(s.value, s.source) for s in retention.synonyms] == [
-        ("6000", DYN_BROKER), ("5000", DYN_DEFAULT), ("600000", STATIC), ("604800000", DEFAULT)]
+    assert [(s.name, s.value, s.source) for s in retention.synonyms] == [
+        ("log.retention.ms", "6000", DYN_BROKER), ("log.retention.ms", "5000", DYN_DEFAULT),
+        ("log.retention.ms", "600000", STATIC),
+        ("log.retention.hours", "168", DEFAULT)]  # Kafka: log.retention.ms has no default
     assert node["log.dirs"].read_only and node["log.dirs"].config_source == STATIC
     assert node["num.partitions"].config_source == DEFAULT
     assert node["num.io.threads"].read_only  # Kafka's dynamic, but nothing here applies it

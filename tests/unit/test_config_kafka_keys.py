@@ -103,13 +103,21 @@ def test_unknown_keys_are_all_named_at_once_with_a_suggestion():
 
 
 def test_kafkas_keys_not_used_are_accepted_and_listed():
-    cfg = BrokerConfig.from_dict({"min.insync.replicas": "2", "log.preallocate": "true",
+    cfg = BrokerConfig.from_dict({"min.insync.replicas": "2",
+                                  "log.message.downconversion.enable": "true",
                                   "listener.name.plaintext.sasl.kerberos.service.name": "k",
                                   "listener.name.plaintext.ssl.protocol": "TLSv1.2",
                                   "ssl.endpoint.identification.algorithm": ""})
     assert cfg.unused_keys == ["listener.name.plaintext.sasl.kerberos.service.name",
-                               "listener.name.plaintext.ssl.protocol", "log.preallocate",
+                               "listener.name.plaintext.ssl.protocol",
+                               "log.message.downconversion.enable",
                                "min.insync.replicas", "ssl.endpoint.identification.algorithm"]
+    # Served now: the defaults of preallocate, segment.jitter.ms (from either name), ...
+    served = BrokerConfig.from_dict({"log.preallocate": "true", "log.roll.jitter.hours": "1",
+                                     "log.index.size.max.bytes": "4096",
+                                     "log.segment.delete.delay.ms": "0"})
+    assert served.unused_keys == []
+    assert served["log.preallocate"] is True and served["log.roll.jitter.ms"] == 3_600_000
 
 
 def test_kafka_key_list_holds_what_kafka_defines():

@@ -728,3 +728,48 @@ async def test_a_disabled_cleaner_starts_no_thread(tmp_path: Path) -> None:
     finally:
         lm.shutdown()
     assert not [t for t in threading.enumerate() if t.name.startswith("log-cleaner")]
+
+
+# -- swapped-out segments: file.delete.delay.ms --------------------------------------------------
+def _deleted(log: Log) -> list[str]:
+    return sorted(p.name for p in log.dir.iterdir() if p.name.endswith(".deleted"))
+
+
+def _two_dirty_segments(tmp_path: Path, delete_delay_ms: int) -> Env:
+    """Two inactive segments of two keys, then the active one."""
+    e = Env(tmp_path, compact_config(file_delete_delay_ms=delete_delay_ms))
+    for r in range(8):
+        e.append([kv(f"k{r % 2}", f"v{r}")], roll=r % 4 == 3)
+    e.append([kv("k0", "active")])
+    return e
+
+
+def test_swapped_out_segments_wait_file_delete_delay_and_stay_readable(tmp_path: Path) -> None:
+    e = _two_dirty_segments(tmp_path, 5000)
+    try:
+        held = e.log.segments[0]  # a reader holding the old segment across the swap
+        before = held.read(0, 1 << 20)
+        assert before
+        scheduled: list[int] = []
+        e.log.on_segments_deleted = scheduled.append
+        assert e.clean()
+        assert held not in e.log.segments and held.log_path.name.endswith(".log.deleted")
+        assert e.log.pending_deletes == 2 and len(_deleted(e.log)) >= 4  # .log and indexes
+        assert scheduled and e.log.delete_due_segments(scheduled[0] + 4999) == 0
+        assert held.read(0, 1 << 20) == before  # the old bytes, renamed but not gone
+        assert e.log.delete_due_segments(scheduled[0] + 5000) == 2
+        assert _deleted(e.log) == [] and e.log.pending_deletes == 0
+        assert [v for _o, _k, v in records(e.log)] == [b"v6", b"v7", b"active"]
+    finally:
+        e.close()
+
+
+def test_without_a_delay_swapped_out_segments_go_at_once(tmp_path: Path) -> None:
+    e = _two_dirty_segments(tmp_path, 0)
+    try:
+        assert e.clean()
+        assert e.log.pending_deletes == 0 and _deleted(e.log) == []
+        names = sorted(p.name for p in e.log.dir.glob("*.log"))
+        assert len(names) == e.log.num_segments
+    finally:
+        e.close()
