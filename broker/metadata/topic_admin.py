@@ -159,22 +159,22 @@ class TopicAdmin:
         self.check_new_topic(name, partitions, configs)
         if not self.log_manager.live_log_dirs:  # before the topic is recorded without logs
             raise KafkaStorageError("every log dir is offline: no log can be created")
-        self._create_logs(name, partitions, self.log_config(configs))
+        self._create_logs(name, range(partitions), self.log_config(configs))
         info = self.metadata.add(name, partitions, configs)  # recorded once its logs exist
         for index in range(partitions):
             self._open_partition(info, index)
         logger.info("topic created", topic=name, partitions=partitions, configs=configs)
         return info
 
-    def _create_logs(self, name: str, partitions: int, cfg: LogConfig) -> None:
-        """Every partition's log, or none: a log that can not be created (no descriptor
+    def _create_logs(self, name: str, partitions: range, cfg: LogConfig) -> None:
+        """Every new partition's log, or none: a log that can not be created (no descriptor
         left, a failing disk) removes the ones made before it, so nothing is recorded that a
         restart could not open."""
         try:
-            for index in range(partitions):
+            for index in partitions:
                 self.log_manager.create_log(name, index, cfg)
         except KafkaError:
-            for index in range(partitions):
+            for index in partitions:
                 self.log_manager.delete_log((name, index))
             raise
 
@@ -193,9 +193,12 @@ class TopicAdmin:
                              f"topic {name} has {info.partitions} partitions; asked for {total}")
         if validate_only:
             return
-        old = info.partitions
-        self.metadata.set_partitions(name, total)
-        for index in range(old, total):
+        if not self.log_manager.live_log_dirs:  # before the count is recorded without logs
+            raise KafkaStorageError("every log dir is offline: no log can be created")
+        added = range(info.partitions, total)
+        self._create_logs(name, added, self.log_config(info.configs))
+        self.metadata.set_partitions(name, total)  # recorded once its logs exist
+        for index in added:
             self._open_partition(info, index)
         logger.info("partitions added", topic=name, partitions=total)
 

@@ -223,3 +223,33 @@ def test_recovery_inside_one_segment_starts_at_the_recovery_point(tmp_path: Path
         assert values(log, 43) == [b"next"]
     finally:
         again.shutdown()
+
+
+async def test_emfile_while_adding_partitions_records_none_of_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CreatePartitions is all or nothing, as CreateTopics: the new count is recorded only
+    once every new partition's log exists, so a restart never meets a partition without one."""
+    from tests.support.components import build
+
+    c = build(tmp_path / "logs", offsets_topic=False)
+    try:
+        c.topics.create_topic("grow", 2, {})
+        real = disk.open_file
+
+        def no_descriptors(path, flags, *mode):  # noqa: ANN001, ANN202
+            if "grow-3" in str(path):
+                raise OSError(errno.EMFILE, "Too many open files", str(path))
+            return real(path, flags, *mode)
+
+        monkeypatch.setattr(disk, "open_file", no_descriptors)
+        with pytest.raises(OpenFileLimitError):
+            c.topics.add_partitions("grow", 4)
+        assert c.metadata.topics["grow"].partitions == 2
+        assert not any((tmp_path / "logs" / f"grow-{i}").exists() for i in (2, 3))
+        assert c.log_manager.get_log(("grow", 2)) is None
+        monkeypatch.setattr(disk, "open_file", real)
+        c.topics.add_partitions("grow", 4)
+        assert c.metadata.topics["grow"].partitions == 4
+        assert all(c.log_manager.get_log(("grow", i)) is not None for i in range(4))
+    finally:
+        await c.close()
