@@ -20,7 +20,8 @@ from protocol.messages import ConsumerGroupDescribeResponse
 
 if TYPE_CHECKING:
     from broker.apis.context import ApiContext
-    from broker.group.consumer_group import ConsumerGroup, ConsumerGroupMember, Partitions
+    from broker.group.consumer_group import ConsumerGroup
+    from broker.group.consumer_member import ConsumerGroupMember, Partitions
     from broker.network.request import Request
 
 API_KEY = 69  # ConsumerGroupDescribe

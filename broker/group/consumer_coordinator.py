@@ -38,17 +38,20 @@ from kafka.protocol.consumer.metadata import (
 from broker.config import BrokerConfig
 from broker.coordinator.timer import CoordinatorTimer
 from broker.group.assignors import ASSIGNORS, MemberSubscription, assignor_names
-from broker.group.classic_group import GroupState, JoinResult
+from broker.group.classic_group import GroupState
+from broker.group.classic_member import JoinResult
 from broker.group.consumer_group import (
-    LEAVE_GROUP_MEMBER_EPOCH,
-    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
     ConsumerGroup,
-    ConsumerGroupMember,
     ConsumerGroupState,
-    MemberState,
-    Partitions,
     compile_regex,
     reconcile,
+)
+from broker.group.consumer_member import (
+    LEAVE_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    ConsumerGroupMember,
+    MemberState,
+    Partitions,
 )
 from broker.group.offsets_store import consumer_group_key, consumer_group_value, group_key
 from broker.metadata.dynamic_config import group_setting

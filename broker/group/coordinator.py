@@ -22,22 +22,18 @@ import structlog
 from broker.config import BrokerConfig
 from broker.coordinator.records import Record
 from broker.coordinator.timer import CoordinatorTimer
-from broker.group.classic_group import (
-    GroupMetadata,
-    GroupOffsets,
-    GroupState,
-    JoinResult,
-    MemberMetadata,
-    OffsetAndMetadata,
-)
+from broker.group.classic_group import GroupMetadata, GroupState
+from broker.group.classic_member import JoinResult, MemberMetadata
 from broker.group.consumer_coordinator import (
     ConsumerGroupConfig,
     ConsumerGroupCoordinator,
     HeartbeatRequest,
     HeartbeatResult,
 )
-from broker.group.consumer_group import ConsumerGroup, ConsumerGroupMember
+from broker.group.consumer_group import ConsumerGroup
+from broker.group.consumer_member import ConsumerGroupMember
 from broker.group.delayed import DelayedJoin, InitialDelayedJoin
+from broker.group.offset_cache import GroupOffsets, OffsetAndMetadata
 from broker.group.offsets_store import (
     OffsetsStore,
     group_key,

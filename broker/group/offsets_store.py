@@ -29,14 +29,10 @@ from broker.coordinator.records import (
     java_string_hash,
     read_batches,
 )
-from broker.group.classic_group import (
-    GroupMetadata,
-    GroupState,
-    MemberMetadata,
-    OffsetAndMetadata,
-    PendingTxnOffset,
-)
+from broker.group.classic_group import GroupMetadata, GroupState
+from broker.group.classic_member import MemberMetadata
 from broker.group.consumer_group import ConsumerGroup
+from broker.group.offset_cache import OffsetAndMetadata, PendingTxnOffset
 from protocol.errors import ErrorCode
 from protocol.record_batch import CONTROL_COMMIT, InvalidRecordError, read_end_txn_marker
 from purgatory import WallClock

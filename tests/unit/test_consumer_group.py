@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from broker.group.classic_group import OffsetAndMetadata
 from broker.group.consumer_coordinator import HeartbeatRequest, HeartbeatResult
-from broker.group.consumer_group import ConsumerGroupState, MemberState
+from broker.group.consumer_group import ConsumerGroupState
+from broker.group.consumer_member import MemberState
+from broker.group.offset_cache import OffsetAndMetadata
 from broker.replica.delayed_result import Completion
 from protocol.errors import ErrorCode
 from tests.support.components import Components, build, settle

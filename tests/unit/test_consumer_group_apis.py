@@ -27,8 +27,8 @@ from broker.apis import (
     offset_commit,
     offset_fetch,
 )
-from broker.group.classic_group import OffsetAndMetadata
 from broker.group.consumer_group import ConsumerGroupState
+from broker.group.offset_cache import OffsetAndMetadata
 from broker.replica.delayed_result import Completion
 from protocol.errors import ErrorCode
 from protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest

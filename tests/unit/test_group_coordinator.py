@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 
-from broker.group.classic_group import GroupState, JoinResult, OffsetAndMetadata
+from broker.group.classic_group import GroupState
+from broker.group.classic_member import JoinResult
+from broker.group.offset_cache import OffsetAndMetadata
 from broker.replica.delayed_result import Completion
 from protocol.errors import ErrorCode
 from tests.support.components import Components, build, settle

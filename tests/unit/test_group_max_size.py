@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.group.classic_group import GroupState, JoinResult
+from broker.group.classic_group import GroupState
+from broker.group.classic_member import JoinResult
 from broker.replica.delayed_result import Completion
 from protocol.errors import ErrorCode
 from tests.support.components import Components, build

@@ -22,7 +22,8 @@ from kafka.protocol.producer import TxnOffsetCommitRequest
 from kafka.record.memory_records import MemoryRecords
 
 from broker.apis import offset_fetch, txn_offset_commit
-from broker.group.classic_group import GroupState, OffsetAndMetadata
+from broker.group.classic_group import GroupState
+from broker.group.offset_cache import OffsetAndMetadata
 from broker.group.offsets_store import TOPIC as OFFSETS_TOPIC
 from broker.replica.delayed_result import Completion
 from protocol.errors import ErrorCode
