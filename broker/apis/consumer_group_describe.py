@@ -50,7 +50,7 @@ def handle(ctx: ApiContext, request: Request) -> ConsumerGroupDescribeResponse:
         if not gid:
             groups.append(_error(gid, ErrorCode.INVALID_GROUP_ID))
             continue
-        group = ctx.groups.consumer.groups.get(gid)
+        group = ctx.groups.groups.get_consumer(gid)
         if group is None:
             classic = gid in ctx.groups.groups
             groups.append(_error(gid, ErrorCode.GROUP_ID_NOT_FOUND,

@@ -14,6 +14,7 @@ from enum import Enum
 
 from broker.group.classic_member import MemberMetadata
 from broker.group.offset_cache import GroupOffsets
+from protocol.errors import ErrorCode
 from purgatory import WallClock
 
 
@@ -27,7 +28,7 @@ class GroupState(Enum):
 
 @dataclass(eq=False)
 class GroupMetadata(GroupOffsets):
-    """A classic group (JoinGroup/SyncGroup)."""
+    """A classic group (JoinGroup/SyncGroup); the invariants are the module's."""
 
     group_id: str
     state: GroupState = GroupState.EMPTY
@@ -97,6 +98,34 @@ class GroupMetadata(GroupOffsets):
             self.leader_id = next(iter(self.members), None)
         return member
 
+    def static_member(self, instance_id: str) -> MemberMetadata | None:
+        member_id = self.static_members.get(instance_id)
+        return None if member_id is None else self.members.get(member_id)
+
+    def remove_pending_member(self, member_id: str) -> bool:
+        """Forget a member id handed out with MEMBER_ID_REQUIRED; whether it was one."""
+        return _take(self.pending_members, member_id)
+
+    def sync_received(self, member_id: str) -> bool:
+        """The member's SyncGroup of this generation arrived; whether it was awaited."""
+        return _take(self.pending_sync, member_id)
+
+    def current_member(self, member_id: str, instance_id: str | None, generation_id: int
+                       ) -> MemberMetadata | ErrorCode:
+        """The member a SyncGroup, Heartbeat or OffsetCommit speaks for, or why it is not one:
+        the group is gone, the static instance is another member's, the member is unknown,
+        or it is of another generation."""
+        if self.state == GroupState.DEAD:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if instance_id is not None and self.static_members.get(instance_id) != member_id:
+            return ErrorCode.FENCED_INSTANCE_ID
+        member = self.members.get(member_id)
+        if member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if generation_id != self.generation_id:
+            return ErrorCode.ILLEGAL_GENERATION
+        return member
+
     def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
         """A joining member must share the protocol type and one protocol with everyone."""
         if not self.members:
@@ -124,3 +153,12 @@ class GroupMetadata(GroupOffsets):
 
     def max_rebalance_timeout(self) -> int:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+
+def _take(ids: set[str], member_id: str) -> bool:
+    """Remove ``member_id`` from ``ids`` in one lookup; whether it was there."""
+    try:
+        ids.remove(member_id)
+    except KeyError:
+        return False
+    return True

@@ -41,6 +41,11 @@ class ConsumerGroupState(Enum):
 
 @dataclass(eq=False, kw_only=True)
 class ConsumerGroup(GroupOffsets):
+    """A consumer group (Kafka's ConsumerGroup). Invariants: `partition_epochs` maps exactly
+    the partitions some member holds (assigned or pending revocation) to that member's epoch;
+    `static_members` maps each static member's instance id to its member id; the state
+    follows from the members and the epochs (update_state)."""
+
     group_id: str
     group_epoch: int = 0
     assignment_epoch: int = 0

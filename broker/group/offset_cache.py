@@ -35,7 +35,9 @@ class PendingTxnOffset:
 @dataclass(eq=False, kw_only=True)
 class GroupOffsets:
     """A group's offset cache (Kafka's GroupMetadata offset cache), the same for a classic and a
-    consumer group: the group id is the offsets' key whatever protocol its members speak."""
+    consumer group: the group id is the offsets' key whatever protocol its members speak.
+    Invariants: a committed offset never gives way to one from an earlier batch; a pending
+    transactional commit's batch offset is None until its append is acknowledged."""
 
     offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
     # Log offset of the batch holding each committed offset (-1: unknown, older than any).

@@ -340,8 +340,8 @@ async def test_commits_carry_the_member_epoch(parts: Components) -> None:
     admin = await coordinator.commit_offsets(GROUP, "", None, -1,
                                              {("a", 1): OffsetAndMetadata(9, -1, "", 0)}, 9)
     assert admin == {("a", 1): ErrorCode.NONE}
-    assert not coordinator.groups.get(GROUP)  # still a consumer group, not a classic one
-    assert isinstance(coordinator.offsets_group(GROUP), type(group(parts)))
+    assert not coordinator.groups.get_classic(GROUP)  # still a consumer group, not a classic one
+    assert isinstance(coordinator.groups.get(GROUP), type(group(parts)))
     missing = coordinator.commit_offsets("nobody", "m", None, 3, offsets, 9)
     assert now(missing) == {("a", 0): ErrorCode.GROUP_ID_NOT_FOUND}
 

@@ -158,7 +158,7 @@ async def test_protocol_exclusivity(parts: Components) -> None:
     await call(parts, consumer_group_heartbeat.handle, join_request("m1", -1))
     joined = await call(parts, join_group.handle, join)
     assert joined.error_code == ErrorCode.MEMBER_ID_REQUIRED
-    assert GROUP not in parts.coordinator.consumer.groups
+    assert parts.coordinator.groups.get_consumer(GROUP) is None
     classic = parts.coordinator.groups[GROUP]
     assert classic.offsets[("a", 0)].offset == 42
     parts.coordinator.join_group(GROUP, "", None, False, "c", "/h", 10_000, 10_000, "consumer",
@@ -172,7 +172,7 @@ async def test_protocol_exclusivity(parts: Components) -> None:
     back = await call(parts, consumer_group_heartbeat.handle, join_request("m2"))
     assert back.error_code == 0
     assert parts.coordinator.consumer.groups[GROUP].offsets[("a", 0)].offset == 42
-    assert GROUP not in parts.coordinator.groups
+    assert parts.coordinator.groups.get_classic(GROUP) is None
 
 
 async def test_offset_fetch_v9_checks_the_member_epoch(parts: Components) -> None:

@@ -125,7 +125,7 @@ async def test_transactional_commit_is_invisible_until_the_commit_marker(
     assert fetch(parts, [TP0, TP1, TP2], True) == {TP0: om(10, "a"), TP1: om(20), TP2: None}
     assert fetch(parts, None, True) == {TP0: om(10, "a"), TP1: om(20)}
     assert not group.pending_txn_offset_commits
-    assert PID not in parts.coordinator.open_groups_for_producer
+    assert PID not in parts.coordinator.offsets.open_groups_for_producer
 
 
 async def test_abort_marker_drops_the_pending_offsets(parts: Components) -> None:
@@ -261,7 +261,7 @@ async def test_restart_resolves_transactional_offsets_by_the_markers_in_the_log(
         assert fetch(fresh, None, False) == {TP0: om(10), TP1: om(50), TP2: om(1)}
         group = fresh.coordinator.groups[GROUP]
         assert set(group.pending_txn_offset_commits) == {undecided}
-        assert fresh.coordinator.open_groups_for_producer == {undecided: {GROUP}}
+        assert fresh.coordinator.offsets.open_groups_for_producer == {undecided: {GROUP}}
         # The transaction coordinator completes it after the restart.
         await end_txn(fresh, commit=True, pid=undecided)
         assert fetch(fresh, [TP2], True) == {TP2: om(77)}
@@ -472,5 +472,5 @@ async def test_a_fenced_epoch_is_refused_by_the_log(parts: Components) -> None:
         TP0: ErrorCode.INVALID_PRODUCER_EPOCH}
     group = parts.coordinator.groups[GROUP]
     assert not group.pending_txn_offset_commits
-    assert PID not in parts.coordinator.open_groups_for_producer
+    assert PID not in parts.coordinator.offsets.open_groups_for_producer
     assert fetch(parts, [TP0], True) == {TP0: om(1)}
