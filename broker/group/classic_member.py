@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from broker.replica.delayed_result import Completion
+from protocol.errors import ErrorCode
 
 
 @dataclass(slots=True)
@@ -37,7 +38,7 @@ class MemberMetadata:
     protocols: list[tuple[str, bytes]]
     assignment: bytes = b""
     awaiting_join: Completion[JoinResult] | None = None
-    awaiting_sync: Completion[tuple[int, bytes]] | None = None
+    awaiting_sync: Completion[tuple[ErrorCode, bytes]] | None = None
     is_new: bool = True
 
     def has_satisfied_heartbeat(self) -> bool:

@@ -69,6 +69,14 @@ class GroupConfig:
 
 
 class GroupCoordinator:
+    """The classic protocol's rebalances and sessions, and the door the APIs use.
+
+    Invariants: `groups` is the only map of groups (the consumer coordinator and the
+    offsets manager hold the same registry); a classic member with a session has one
+    deadline, keyed ("heartbeat", group id, member id), none while its JoinGroup or SyncGroup
+    is held; a group in PreparingRebalance has one DelayedJoin in the join purgatory.
+    """
+
     def __init__(self, config: GroupConfig, timer: Timer, store: OffsetsStore,
                  partition_exists: Callable[[TopicPartition], bool], clock: WallClock) -> None:
         """``timer`` runs the groups' deadlines; ``clock`` is the broker's wall clock (state
@@ -495,13 +503,11 @@ class GroupCoordinator:
         group.remove(member.member_id)
         self._synced(group, member.member_id)
         self.deadlines.cancel(_heartbeat_key(group.group_id, member.member_id))
-        for fut in (member.awaiting_join, member.awaiting_sync):
-            if fut is not None and not fut.done():
-                if fut is member.awaiting_join:
-                    fut.set_result(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID,
-                                              member_id=member.member_id))
-                else:
-                    fut.set_result((ErrorCode.UNKNOWN_MEMBER_ID, b""))
+        join, sync = member.awaiting_join, member.awaiting_sync
+        if join is not None and not join.done():
+            join.set_result(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member.member_id))
+        if sync is not None and not sync.done():
+            sync.set_result((ErrorCode.UNKNOWN_MEMBER_ID, b""))
         member.awaiting_join = member.awaiting_sync = None
 
     def _fence(self, member: MemberMetadata) -> None:
