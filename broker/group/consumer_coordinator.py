@@ -314,21 +314,21 @@ class ConsumerGroupCoordinator:
         """Kafka's getOrMaybeCreateConsumerGroup: an empty classic group gives way to a new
         consumer group (its offsets stay); a group with classic members is not a consumer
         group. A created group joins ``groups`` once it has a member."""
-        classic = self.groups.get(group_id)
-        if isinstance(classic, ConsumerGroup):
-            return classic
+        found = self.groups.get(group_id)
+        if isinstance(found, ConsumerGroup):
+            return found
         if not create:
-            if classic is None:
+            if found is None:
                 raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND,
                                  f"Consumer group {group_id} not found.")
             raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND,
                              f"Group {group_id} is not a consumer group.")
         group = ConsumerGroup(group_id=group_id, clock=self.clock)
-        if classic is not None:
-            if not classic.is_(GroupState.EMPTY):
+        if found is not None:
+            if not found.is_(GroupState.EMPTY):
                 raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND,
                                  f"Group {group_id} is not a consumer group.")
-            group.take_offsets(classic)
+            group.take_offsets(found)
         return group
 
     def _dynamic_member(self, group: ConsumerGroup, member_id: str, req: HeartbeatRequest
