@@ -34,6 +34,20 @@ class GroupRegistry:
         group = self._groups.get(group_id)
         return group if isinstance(group, ConsumerGroup) else None
 
+    def classic(self, group_id: str) -> GroupMetadata:
+        """The classic group under the id; KeyError if none is."""
+        group = self.get_classic(group_id)
+        if group is None:
+            raise KeyError(group_id)
+        return group
+
+    def consumer(self, group_id: str) -> ConsumerGroup:
+        """The consumer group under the id; KeyError if none is."""
+        group = self.get_consumer(group_id)
+        if group is None:
+            raise KeyError(group_id)
+        return group
+
     def put(self, group: Group) -> Group | None:
         """Hold ``group`` under its id; returns the group it replaced, if any."""
         previous = self._groups.pop(group.group_id, None)
@@ -58,8 +72,6 @@ class GroupRegistry:
     def __contains__(self, group_id: object) -> bool:
         return group_id in self._groups
 
-    def __getitem__(self, group_id: str) -> Group:
-        return self._groups[group_id]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._groups)

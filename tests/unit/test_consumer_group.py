@@ -80,7 +80,7 @@ def names(c: Components, assignment) -> dict[str, list[int]]:  # type: ignore[no
 
 
 def group(c: Components, gid: str = GROUP):  # type: ignore[no-untyped-def]
-    return c.coordinator.consumer.groups[gid]
+    return c.coordinator.groups.consumer(gid)
 
 
 async def test_first_member_gets_everything_at_group_epoch_one(parts: Components) -> None:
