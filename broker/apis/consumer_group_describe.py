@@ -20,7 +20,8 @@ from protocol.messages import ConsumerGroupDescribeResponse
 
 if TYPE_CHECKING:
     from broker.apis.context import ApiContext
-    from broker.group.consumer_group import ConsumerGroup, ConsumerGroupMember, Partitions
+    from broker.group.consumer_group import ConsumerGroup
+    from broker.group.consumer_member import ConsumerGroupMember, Partitions
     from broker.network.request import Request
 
 API_KEY = 69  # ConsumerGroupDescribe
@@ -49,7 +50,7 @@ def handle(ctx: ApiContext, request: Request) -> ConsumerGroupDescribeResponse:
         if not gid:
             groups.append(_error(gid, ErrorCode.INVALID_GROUP_ID))
             continue
-        group = ctx.groups.consumer.groups.get(gid)
+        group = ctx.groups.groups.get_consumer(gid)
         if group is None:
             classic = gid in ctx.groups.groups
             groups.append(_error(gid, ErrorCode.GROUP_ID_NOT_FOUND,

@@ -23,7 +23,7 @@ from protocol.messages import ConsumerGroupHeartbeatResponse
 
 if TYPE_CHECKING:
     from broker.apis.context import ApiContext
-    from broker.group.consumer_group import Partitions
+    from broker.group.consumer_member import Partitions
     from broker.network.request import Request
 
 API_KEY = 68  # ConsumerGroupHeartbeat

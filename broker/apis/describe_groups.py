@@ -46,7 +46,7 @@ def handle(ctx: ApiContext, request: Request) -> DescribeGroupsResponse:
         wanted = described
     for gid in wanted:
         ops = authorized_ops(ctx, request, ResourceType.GROUP, gid, asked)
-        g = ctx.groups.groups.get(gid)
+        g = ctx.groups.groups.get_classic(gid)
         if g is None:
             groups.append(Described(error_code=0, group_id=gid, group_state="Dead",
                                     protocol_type="", protocol_data="", members=[],

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from kafka.protocol.consumer import JoinGroupResponse
 
 from broker.apis.authorize import allowed
-from broker.group.classic_group import JoinResult
+from broker.group.classic_member import JoinResult
 from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 

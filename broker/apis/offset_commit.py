@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.consumer import OffsetCommitResponse
 
 from broker.apis.authorize import allowed, filter_allowed
-from broker.group.classic_group import OffsetAndMetadata
+from broker.group.offset_cache import OffsetAndMetadata
 from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 

@@ -26,7 +26,7 @@ from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from broker.apis.context import ApiContext
-    from broker.group.classic_group import OffsetAndMetadata
+    from broker.group.offset_cache import OffsetAndMetadata
     from broker.network.request import Request
 
 API_KEY = 9  # OffsetFetch

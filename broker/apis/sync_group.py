@@ -31,9 +31,9 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
         getattr(req, "protocol_type", None), getattr(req, "protocol_name", None),
         {a.member_id: bytes(a.assignment) for a in req.assignments},
     )
-    group = coordinator.groups.get(req.group_id)
+    group = coordinator.groups.get_classic(req.group_id)
     names = (group.protocol_type, group.protocol_name) if group else (None, None)
-    if req.group_id in coordinator.consumer.groups:
+    if coordinator.groups.get_consumer(req.group_id) is not None:
         # A classic member of a consumer group: Kafka echoes the request's protocol.
         names = (getattr(req, "protocol_type", None), getattr(req, "protocol_name", None))
     return result.then(lambda r: _response(r, names))

@@ -24,8 +24,8 @@ from kafka.protocol.producer import TxnOffsetCommitResponse
 
 from broker.apis.authorize import allowed
 from broker.apis.offset_commit import requested_offsets, split_readable
-from broker.group.classic_group import OffsetAndMetadata
-from broker.group.coordinator import offset_commit_error
+from broker.group.offset_cache import OffsetAndMetadata
+from broker.group.offsets import offset_commit_error
 from broker.group.offsets_store import TOPIC
 from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode

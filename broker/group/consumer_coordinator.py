@@ -38,26 +38,31 @@ from kafka.protocol.consumer.metadata import (
 from broker.config import BrokerConfig
 from broker.coordinator.timer import CoordinatorTimer
 from broker.group.assignors import ASSIGNORS, MemberSubscription, assignor_names
-from broker.group.classic_group import GroupState, JoinResult
+from broker.group.classic_group import GroupMetadata, GroupState
+from broker.group.classic_member import JoinResult
 from broker.group.consumer_group import (
-    LEAVE_GROUP_MEMBER_EPOCH,
-    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
     ConsumerGroup,
-    ConsumerGroupMember,
     ConsumerGroupState,
-    MemberState,
-    Partitions,
     compile_regex,
     reconcile,
+)
+from broker.group.consumer_member import (
+    LEAVE_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    ConsumerGroupMember,
+    MemberState,
+    Partitions,
 )
 from broker.group.offsets_store import consumer_group_key, consumer_group_value, group_key
 from broker.metadata.dynamic_config import group_setting
 from protocol.errors import ErrorCode
-from purgatory import Timer
+from purgatory import Timer, WallClock
 
 if TYPE_CHECKING:
-    from broker.group.coordinator import GroupCoordinator
-    from broker.metadata.file_store import TopicInfo
+    from broker.coordinator.records import Record
+    from broker.group.registry import Group, GroupRegistry
+    from broker.metadata.file_store import MetadataStore, TopicInfo
+    from broker.replica.delayed_result import Completion
 
 logger = structlog.get_logger("broker.group")
 
@@ -125,19 +130,29 @@ def new_member_id() -> str:
 
 
 class ConsumerGroupCoordinator:
-    def __init__(self, config: ConsumerGroupConfig, owner: GroupCoordinator,
-                 timer: Timer, topics: Callable[[], Mapping[str, TopicInfo]]) -> None:
+    """The consumer protocol's side of the registry: its groups' members, epochs, assignments
+    and deadlines. It reads the topics and the groups' configs from ``metadata`` and writes
+    its group records with ``write``; a group it creates enters the registry once it has a
+    member, replacing the Empty classic group it took the offsets of, if any."""
+
+    def __init__(self, config: ConsumerGroupConfig, groups: GroupRegistry, timer: Timer,
+                 clock: WallClock, metadata: MetadataStore,
+                 write: Callable[[str, list[Record]], Completion[ErrorCode]]) -> None:
         self.config = config
-        self.owner = owner  # the classic coordinator: its groups, and its writes
+        self.groups = groups  # shared with the classic protocol
+        self.clock = clock
+        self.metadata = metadata
+        self._write = write
         # A member's deadlines, by (group id, member id, kind): its session, its rebalance
         # timeout while it revokes, and a classic member's join and sync deadlines.
         self.deadlines: CoordinatorTimer[tuple[str, str, str]] = CoordinatorTimer(timer)
-        self._topics = topics
-        self.groups: dict[str, ConsumerGroup] = {}
         self._regexes: dict[str, re.Pattern[str]] = {}
         self.rebalances: dict[str, int] = {}  # group epoch bumps per group (metrics)
         self.heartbeats = 0
         self.classic = ClassicMembers(self)
+
+    def _topics(self) -> Mapping[str, TopicInfo]:
+        return self.metadata.topics
 
     def held_since_previous_epoch(self, member: ConsumerGroupMember,
                                   partitions: Iterable[tuple[str, int]]) -> bool:
@@ -217,13 +232,12 @@ class ConsumerGroupCoordinator:
     def _heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
         joining = req.member_epoch == 0
         group = self.group_for_heartbeat(req.group_id, create=joining)
-        created = group.group_id not in self.groups
+        created = self.groups.get(group.group_id) is not group
         try:
             return self._member_heartbeat(group, req)
         finally:
             if created and group.members:
-                self.groups[group.group_id] = group
-                self._persist(group)
+                self._persist(group, replaced=self.groups.put(group))
 
     def _member_heartbeat(self, group: ConsumerGroup, req: HeartbeatRequest) -> HeartbeatResult:
         member_id = req.member_id
@@ -269,7 +283,7 @@ class ConsumerGroupCoordinator:
     def _group_timeouts(self, group_id: str) -> tuple[int, int]:
         """consumer.session.timeout.ms and consumer.heartbeat.interval.ms of the group's
         configs (IncrementalAlterConfigs on the GROUP resource), else the broker's."""
-        metadata = self.owner.store.topics.metadata
+        metadata = self.metadata
         return (group_setting(metadata, group_id, "consumer.session.timeout.ms",
                               self.config.session_timeout_ms),
                 group_setting(metadata, group_id, "consumer.heartbeat.interval.ms",
@@ -300,22 +314,21 @@ class ConsumerGroupCoordinator:
         """Kafka's getOrMaybeCreateConsumerGroup: an empty classic group gives way to a new
         consumer group (its offsets stay); a group with classic members is not a consumer
         group. A created group joins ``groups`` once it has a member."""
-        group = self.groups.get(group_id)
-        if group is not None:
-            return group
-        classic = self.owner.classic_group(group_id)
+        found = self.groups.get(group_id)
+        if isinstance(found, ConsumerGroup):
+            return found
         if not create:
-            if classic is None:
+            if found is None:
                 raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND,
                                  f"Consumer group {group_id} not found.")
             raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND,
                              f"Group {group_id} is not a consumer group.")
-        group = ConsumerGroup(group_id=group_id, clock=self.owner.clock)
-        if classic is not None:
-            if not classic.is_(GroupState.EMPTY):
+        group = ConsumerGroup(group_id=group_id, clock=self.clock)
+        if found is not None:
+            if not found.is_(GroupState.EMPTY):
                 raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND,
                                  f"Group {group_id} is not a consumer group.")
-            group.take_offsets(classic)
+            group.take_offsets(found)
         return group
 
     def _dynamic_member(self, group: ConsumerGroup, member_id: str, req: HeartbeatRequest
@@ -494,7 +507,7 @@ class ConsumerGroupCoordinator:
     def _leave(self, req: HeartbeatRequest) -> HeartbeatResult:
         """Kafka's consumerGroupLeave: -1 leaves; -2 is a static member leaving for a while,
         keeping its place (and partitions) until its session ends or it is replaced."""
-        group = self.groups.get(req.group_id)
+        group = self.groups.get_consumer(req.group_id)
         if group is None:
             raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND,
                              f"Consumer group {req.group_id} not found.")
@@ -533,12 +546,12 @@ class ConsumerGroupCoordinator:
         self._bump_group_epoch(group, f"member {member_id} {reason}")
 
     def _session_expired(self, group_id: str, member_id: str) -> None:
-        group = self.groups.get(group_id)
+        group = self.groups.get_consumer(group_id)
         if group is not None and member_id in group.members:
             self.fence_member(group, member_id, "session timed out")
 
     def _rebalance_expired(self, group_id: str, member_id: str, epoch: int) -> None:
-        group = self.groups.get(group_id)
+        group = self.groups.get_consumer(group_id)
         member = group.members.get(member_id) if group is not None else None
         if group is not None and member is not None and member.member_epoch == epoch:
             self.fence_member(group, member_id,
@@ -558,7 +571,7 @@ class ConsumerGroupCoordinator:
                                 lambda: self._classic_deadline_expired(group_id, member_id, kind))
 
     def _classic_deadline_expired(self, group_id: str, member_id: str, kind: str) -> None:
-        group = self.groups.get(group_id)
+        group = self.groups.get_consumer(group_id)
         if group is not None and member_id in group.members:
             self.fence_member(group, member_id, f"did not {kind} within the rebalance timeout")
 
@@ -567,17 +580,18 @@ class ConsumerGroupCoordinator:
             self.deadlines.cancel((group_id, member_id, kind))
 
     # -- the group record ------------------------------------------------------------------
-    def _persist(self, group: ConsumerGroup) -> None:
+    def _persist(self, group: ConsumerGroup, replaced: Group | None = None) -> None:
         """The group epoch to __consumer_offsets, so the group outlives a restart as a consumer
-        group. Written behind the answer: members are not stored, so nothing a client is told
+        group, with the tombstone of the classic group it ``replaced`` if that one was stored.
+        Written behind the answer: members are not stored, so nothing a client is told
         depends on it."""
         if self.groups.get(group.group_id) is not group:
             return
-        records = [(consumer_group_key(group.group_id), consumer_group_value(group.group_epoch))]
-        classic = self.owner.remove_classic_group(group.group_id)
-        if classic is not None and classic.generation_id > 0:
+        records: list[Record] = [
+            (consumer_group_key(group.group_id), consumer_group_value(group.group_epoch))]
+        if isinstance(replaced, GroupMetadata) and replaced.generation_id > 0:
             records.append((group_key(group.group_id), None))
-        self.owner.write(group.group_id, records).add_done_callback(
+        self._write(group.group_id, records).add_done_callback(
             lambda f: f.result() == ErrorCode.NONE or logger.warning(
                 "consumer group record not written", group=group.group_id,
                 error=f.result().name))
@@ -591,12 +605,14 @@ class ConsumerGroupCoordinator:
         for member_id in list(group.members):
             self._cancel_deadlines(group.group_id, member_id)
         group.state = ConsumerGroupState.DEAD
-        self.groups.pop(group.group_id, None)
+        if self.groups.get(group.group_id) is group:
+            self.groups.remove(group.group_id)
         self.rebalances.pop(group.group_id, None)
 
-    def restore(self, groups: Mapping[str, ConsumerGroup]) -> None:
-        self.groups = dict(groups)
-        for group in self.groups.values():
+    def restore(self) -> None:
+        """The groups were read back from the log (Empty, without members): set their
+        states."""
+        for group in self.groups.consumer_groups():
             group.update_state()
 
 

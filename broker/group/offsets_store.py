@@ -29,19 +29,16 @@ from broker.coordinator.records import (
     java_string_hash,
     read_batches,
 )
-from broker.group.classic_group import (
-    GroupMetadata,
-    GroupState,
-    MemberMetadata,
-    OffsetAndMetadata,
-    PendingTxnOffset,
-)
+from broker.group.classic_group import GroupMetadata, GroupState
+from broker.group.classic_member import MemberMetadata
 from broker.group.consumer_group import ConsumerGroup
+from broker.group.offset_cache import OffsetAndMetadata, PendingTxnOffset
 from protocol.errors import ErrorCode
 from protocol.record_batch import CONTROL_COMMIT, InvalidRecordError, read_end_txn_marker
 from purgatory import WallClock
 
 if TYPE_CHECKING:
+    from broker.group.registry import GroupRegistry
     from broker.metadata.topic_admin import TopicAdmin
     from broker.replica.delayed_result import Completion
     from broker.replica.replica_manager import ReplicaManager
@@ -130,7 +127,9 @@ class PartitionLoader:
         self.clock = clock  # the groups' wall clock
         self.offsets: dict[GroupTopicPartition, Loaded] = {}
         self.pending: dict[int, dict[GroupTopicPartition, Loaded]] = {}
-        self.groups: dict[str, GroupMetadata] = {}
+        # The partition's group records as replayed so far, the latest record of a group id
+        # winning; finish() hands the groups to the registry.
+        self.classic_groups: dict[str, GroupMetadata] = {}
         self.consumer_groups: dict[str, int] = {}  # group id -> group epoch
         self.records = 0
 
@@ -162,11 +161,11 @@ class PartitionLoader:
         elif version == 2:
             group_id = r.str()
             if value is None:
-                self.groups.pop(group_id, None)
+                self.classic_groups.pop(group_id, None)
             else:
                 group = GroupMetadata(group_id, clock=self.clock)
                 _load_group_value(group, value)
-                self.groups[group_id] = group
+                self.classic_groups[group_id] = group
                 self.consumer_groups.pop(group_id, None)
         elif version == CONSUMER_GROUP_METADATA_KEY_VERSION:
             group_id = r.str()
@@ -174,27 +173,34 @@ class PartitionLoader:
                 self.consumer_groups.pop(group_id, None)
             else:
                 self.consumer_groups[group_id] = struct.unpack_from(">i", value, 2)[0]
-                self.groups.pop(group_id, None)
+                self.classic_groups.pop(group_id, None)
         else:
             logger.warning("unknown key version in __consumer_offsets, ignored", version=version)
 
-    def finish(self, into: dict[str, GroupMetadata | ConsumerGroup]) -> None:
+    def finish(self, into: GroupRegistry) -> None:
         """Kafka's loadGroup: groups of this partition with their offsets, pending ones too;
         groups with offsets but no metadata record are Empty classic groups. A consumer group
         comes back Empty at its group epoch: its members are not stored, so they rejoin."""
-        for gid, group in self.groups.items():
+        for group in self.classic_groups.values():
             if group.members or group.protocol_type:
-                into[gid] = group
+                into.put(group)
         for gid, epoch in self.consumer_groups.items():
-            into[gid] = ConsumerGroup(group_id=gid, group_epoch=epoch, assignment_epoch=epoch,
-                                      clock=self.clock)
+            into.put(ConsumerGroup(group_id=gid, group_epoch=epoch, assignment_epoch=epoch,
+                                   clock=self.clock))
         for (gid, tp), (at, om) in self.offsets.items():
-            into.setdefault(gid, GroupMetadata(gid, clock=self.clock)).put_offset(tp, om, at)
+            self._group(into, gid).put_offset(tp, om, at)
         for producer_id, offsets in self.pending.items():
             for (gid, tp), (at, om) in offsets.items():
-                group = into.setdefault(gid, GroupMetadata(gid, clock=self.clock))
-                group.pending_txn_offset_commits.setdefault(producer_id, {})[tp] = (
-                    PendingTxnOffset(om, at))
+                self._group(into, gid).pending_txn_offset_commits.setdefault(
+                    producer_id, {})[tp] = PendingTxnOffset(om, at)
+
+    def _group(self, into: GroupRegistry, group_id: str) -> GroupMetadata | ConsumerGroup:
+        """The group holding ``group_id``'s offsets: an Empty classic one if none is known."""
+        group = into.get(group_id)
+        if group is None:
+            group = GroupMetadata(group_id, clock=self.clock)
+            into.put(group)
+        return group
 
 
 def _load_group_value(group: GroupMetadata, value: bytes) -> None:
@@ -253,11 +259,11 @@ class OffsetsStore:
         else:
             self.num_partitions = info.partitions
 
-    def load(self) -> dict[str, GroupMetadata | ConsumerGroup]:
-        groups: dict[str, GroupMetadata | ConsumerGroup] = {}
+    def load(self, groups: GroupRegistry) -> None:
+        """Every group stored in the topic, into ``groups``."""
         info = self.topics.metadata.topics.get(TOPIC)
         if info is None:  # no group was ever stored
-            return groups
+            return
         self.num_partitions = info.partitions
         records = 0
         for index in range(self.num_partitions):
@@ -283,10 +289,10 @@ class OffsetsStore:
             loader.finish(groups)
             records += loader.records
         if records:
-            pending = sum(len(g.pending_txn_offset_commits) for g in groups.values())
-            logger.info("group metadata loaded", records=records, groups=len(groups),
+            loaded = groups.values()
+            pending = sum(len(g.pending_txn_offset_commits) for g in loaded)
+            logger.info("group metadata loaded", records=records, groups=len(loaded),
                         pending_transactions=pending)
-        return groups
 
     def write(self, group_id: str, records: list[Record]) -> Completion[ErrorCode]:
         """Append the records to the group's partition; completes once they are committed."""

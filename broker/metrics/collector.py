@@ -401,9 +401,9 @@ class BrokerCollector(Collector):
         from broker.group.classic_group import GroupState
         from broker.group.consumer_group import ConsumerGroupState
 
-        classic = sorted(coordinator.groups.values(), key=lambda g: g.group_id)
+        classic = sorted(coordinator.groups.classic_groups(), key=lambda g: g.group_id)
         consumer = coordinator.consumer
-        modern = sorted(consumer.groups.values(), key=lambda g: g.group_id)
+        modern = sorted(coordinator.groups.consumer_groups(), key=lambda g: g.group_id)
         by_state = GaugeMetricFamily(f"{PREFIX}_groups",
                                      "Groups, by protocol (classic, consumer) and state.",
                                      labels=["protocol", "state"])

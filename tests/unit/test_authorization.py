@@ -92,7 +92,7 @@ from broker.apis import (
     write_txn_markers,
 )
 from broker.apis.authorize import INT32_MIN
-from broker.group.classic_group import OffsetAndMetadata
+from broker.group.offset_cache import OffsetAndMetadata
 from broker.security.acl import (
     AclBinding,
     AclBindingFilter,

@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from broker.group.classic_group import OffsetAndMetadata
 from broker.group.consumer_coordinator import HeartbeatRequest, HeartbeatResult
-from broker.group.consumer_group import ConsumerGroupState, MemberState
+from broker.group.consumer_group import ConsumerGroupState
+from broker.group.consumer_member import MemberState
+from broker.group.offset_cache import OffsetAndMetadata
 from broker.replica.delayed_result import Completion
 from protocol.errors import ErrorCode
 from tests.support.components import Components, build, settle
@@ -79,7 +80,7 @@ def names(c: Components, assignment) -> dict[str, list[int]]:  # type: ignore[no
 
 
 def group(c: Components, gid: str = GROUP):  # type: ignore[no-untyped-def]
-    return c.coordinator.consumer.groups[gid]
+    return c.coordinator.groups.consumer(gid)
 
 
 async def test_first_member_gets_everything_at_group_epoch_one(parts: Components) -> None:
@@ -339,8 +340,8 @@ async def test_commits_carry_the_member_epoch(parts: Components) -> None:
     admin = await coordinator.commit_offsets(GROUP, "", None, -1,
                                              {("a", 1): OffsetAndMetadata(9, -1, "", 0)}, 9)
     assert admin == {("a", 1): ErrorCode.NONE}
-    assert not coordinator.groups.get(GROUP)  # still a consumer group, not a classic one
-    assert isinstance(coordinator.offsets_group(GROUP), type(group(parts)))
+    assert not coordinator.groups.get_classic(GROUP)  # still a consumer group, not a classic one
+    assert isinstance(coordinator.groups.get(GROUP), type(group(parts)))
     missing = coordinator.commit_offsets("nobody", "m", None, 3, offsets, 9)
     assert now(missing) == {("a", 0): ErrorCode.GROUP_ID_NOT_FOUND}
 

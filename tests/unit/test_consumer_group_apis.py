@@ -27,8 +27,8 @@ from broker.apis import (
     offset_commit,
     offset_fetch,
 )
-from broker.group.classic_group import OffsetAndMetadata
 from broker.group.consumer_group import ConsumerGroupState
+from broker.group.offset_cache import OffsetAndMetadata
 from broker.replica.delayed_result import Completion
 from protocol.errors import ErrorCode
 from protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
@@ -91,7 +91,7 @@ async def test_heartbeat_on_the_wire(parts: Components) -> None:
     bad = await call(parts, consumer_group_heartbeat.handle,
                      join_request("x", subscribed_topic_regex="[unclosed"))
     assert bad.error_code == ErrorCode.INVALID_REGULAR_EXPRESSION and bad.error_message
-    member = parts.coordinator.consumer.groups[GROUP].members["client-chosen-id"]
+    member = parts.coordinator.groups.consumer(GROUP).members["client-chosen-id"]
     assert (member.client_id, member.client_host) == ("unit-test", "/127.0.0.1")
 
 
@@ -158,8 +158,8 @@ async def test_protocol_exclusivity(parts: Components) -> None:
     await call(parts, consumer_group_heartbeat.handle, join_request("m1", -1))
     joined = await call(parts, join_group.handle, join)
     assert joined.error_code == ErrorCode.MEMBER_ID_REQUIRED
-    assert GROUP not in parts.coordinator.consumer.groups
-    classic = parts.coordinator.groups[GROUP]
+    assert parts.coordinator.groups.get_consumer(GROUP) is None
+    classic = parts.coordinator.groups.classic(GROUP)
     assert classic.offsets[("a", 0)].offset == 42
     parts.coordinator.join_group(GROUP, "", None, False, "c", "/h", 10_000, 10_000, "consumer",
                                  [("range", b"")])
@@ -171,8 +171,8 @@ async def test_protocol_exclusivity(parts: Components) -> None:
     await parts.advance(3000)
     back = await call(parts, consumer_group_heartbeat.handle, join_request("m2"))
     assert back.error_code == 0
-    assert parts.coordinator.consumer.groups[GROUP].offsets[("a", 0)].offset == 42
-    assert GROUP not in parts.coordinator.groups
+    assert parts.coordinator.groups.consumer(GROUP).offsets[("a", 0)].offset == 42
+    assert parts.coordinator.groups.get_classic(GROUP) is None
 
 
 async def test_offset_fetch_v9_checks_the_member_epoch(parts: Components) -> None:
@@ -196,7 +196,7 @@ async def test_delete_and_expire(parts: Components) -> None:
     busy = await call(parts, delete_groups.handle, DeleteGroupsRequest[2](groups_names=[GROUP]))
     assert busy.results[0].error_code == ErrorCode.NON_EMPTY_GROUP
     await call(parts, consumer_group_heartbeat.handle, join_request("m1", -1))
-    group = parts.coordinator.consumer.groups[GROUP]
+    group = parts.coordinator.groups.consumer(GROUP)
     assert group.state == ConsumerGroupState.EMPTY
     done = await call(parts, delete_groups.handle, DeleteGroupsRequest[2](groups_names=[GROUP]))
     assert done.results[0].error_code == 0
@@ -247,7 +247,7 @@ async def test_classic_member_joins_a_live_consumer_group(parts: Components) -> 
                                         10_000, 10_000, "consumer", [("range", subscription)]))
     assert (joined.error, joined.generation_id, joined.protocol_name, joined.leader_id) == (
         ErrorCode.NONE, 2, "range", "")
-    group = coordinator.consumer.groups[GROUP]
+    group = coordinator.groups.consumer(GROUP)
     assert group.members[first.member_id].uses_classic_protocol
     error, raw = now(coordinator.sync_group(GROUP, 2, first.member_id, None, "consumer",
                                             "range", {}))

@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 
-from broker.group.classic_group import GroupState, JoinResult, OffsetAndMetadata
+from broker.group.classic_group import GroupState
+from broker.group.classic_member import JoinResult
+from broker.group.offset_cache import OffsetAndMetadata
 from broker.replica.delayed_result import Completion
 from protocol.errors import ErrorCode
 from tests.support.components import Components, build, settle
@@ -55,7 +57,7 @@ def join_new(c: Components, client: str, *, rebalance_ms: int = 300_000,
         parked = join(c, member_id, client=client, rebalance_ms=rebalance_ms)
     else:
         parked = first
-        [member_id] = [m for m in c.coordinator.groups[GROUP].members
+        [member_id] = [m for m in c.coordinator.groups.classic(GROUP).members
                        if m.startswith(client + "-")]
     assert isinstance(parked, Completion) and not parked.done(), parked
     return member_id, parked
@@ -79,7 +81,7 @@ def heartbeat(c: Components, member_id: str, generation: int, instance: str | No
 
 
 def state(c: Components, group: str = GROUP) -> GroupState:
-    return c.coordinator.groups[group].state
+    return c.coordinator.groups.classic(group).state
 
 
 async def stable_pair(c: Components, rebalance_ms: int = 300_000
@@ -156,7 +158,7 @@ async def test_the_initial_delay_never_outlasts_the_rebalance_timeout(parts: Com
     results = [f.result() for f in joins]
     assert {(r.error, r.generation_id, r.leader_id) for r in results} == {
         (ErrorCode.NONE, 1, members[0])}
-    assert set(parts.coordinator.groups[GROUP].members) == set(members)
+    assert set(parts.coordinator.groups.classic(GROUP).members) == set(members)
 
 
 # -- sessions while waiting on the broker ------------------------------------------------------
@@ -174,7 +176,7 @@ async def test_member_with_a_parked_join_outlives_its_session(parts: Components)
         await parts.advance(2000)
         assert heartbeat(parts, b, 1) == ErrorCode.REBALANCE_IN_PROGRESS
     await parts.advance(rebalance_ms - 1 - (parts.clock.time() - started))
-    group = parts.coordinator.groups[GROUP]
+    group = parts.coordinator.groups.classic(GROUP)
     assert a in group.members, "a member awaiting its JoinGroup was expired by its session"
     assert not rejoin.done()
     await parts.advance(1)  # the rebalance timeout: B never rejoined and is dropped
@@ -194,7 +196,7 @@ async def test_member_with_a_parked_sync_outlives_its_session(parts: Components)
     for _ in range(7):  # 14 s, over two of B's sessions; the leader heartbeats, never syncs
         await parts.advance(2000)
         assert heartbeat(parts, a, 1) == ErrorCode.NONE
-    assert b in parts.coordinator.groups[GROUP].members, (
+    assert b in parts.coordinator.groups.classic(GROUP).members, (
         "a member awaiting its SyncGroup was expired by its session")
     assert not waiting.done()
     assert state(parts) == GroupState.COMPLETING_REBALANCE
@@ -223,9 +225,9 @@ async def test_member_that_never_syncs_is_removed_at_the_rebalance_timeout(
         await parts.advance(2000)
         assert heartbeat(parts, a, 1) == heartbeat(parts, b, 1) == ErrorCode.NONE
     await parts.advance(joined_at + rebalance_ms - 1 - parts.clock.time())
-    assert b in parts.coordinator.groups[GROUP].members
+    assert b in parts.coordinator.groups.classic(GROUP).members
     await parts.advance(1)
-    assert b not in parts.coordinator.groups[GROUP].members, (
+    assert b not in parts.coordinator.groups.classic(GROUP).members, (
         "a member that never synced outlived the rebalance timeout")
     assert state(parts) == GroupState.PREPARING_REBALANCE
 
@@ -239,10 +241,11 @@ async def test_silent_member_of_a_stable_group_is_removed_at_its_session_timeout
     await parts.advance(2000)
     assert heartbeat(parts, b, 1) == ErrorCode.NONE
     await parts.advance(last_heartbeat + SESSION_MS - 1 - parts.clock.time())
-    assert a in parts.coordinator.groups[GROUP].members, "expired before its session timeout"
+    assert a in parts.coordinator.groups.classic(GROUP).members, (
+        "expired before its session timeout")
     assert state(parts) == GroupState.STABLE
     await parts.advance(1)
-    group = parts.coordinator.groups[GROUP]
+    group = parts.coordinator.groups.classic(GROUP)
     assert a not in group.members, "not expired at its session timeout"
     assert state(parts) == GroupState.PREPARING_REBALANCE
     assert parts.coordinator.rebalances[GROUP] == 2
@@ -322,7 +325,7 @@ async def test_offsets_round_trip_and_a_fresh_coordinator_loads_them(tmp_path: P
         assert fresh.coordinator.fetch_offsets("standalone", None) == om
         assert fresh.coordinator.fetch_offsets(GROUP, [("orders", 1)]) == {
             ("orders", 1): OffsetAndMetadata(99, 5, "b", 1_700_000_000_002)}
-        group = fresh.coordinator.groups[GROUP]
+        group = fresh.coordinator.groups.classic(GROUP)
         assert (group.state, group.generation_id, group.leader_id) == (GroupState.STABLE, 1, a)
         assert {m: x.assignment for m, x in group.members.items()} == {a: b"for-a", b: b"for-b"}
         # The loaded members hold sessions again: they carry on with their generation.

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.group.classic_group import GroupState, JoinResult
+from broker.group.classic_group import GroupState
+from broker.group.classic_member import JoinResult
 from broker.replica.delayed_result import Completion
 from protocol.errors import ErrorCode
 from tests.support.components import Components, build
@@ -35,7 +36,7 @@ async def test_a_full_stable_group_refuses_a_new_member_and_keeps_its_own(capped
     a, b = await stable_pair(capped)
     assert _refused(join(capped, client="c"))
     assert state(capped) == GroupState.STABLE
-    assert set(capped.coordinator.groups[GROUP].members) == {a, b}
+    assert set(capped.coordinator.groups.classic(GROUP).members) == {a, b}
     rejoin = join(capped, a)  # a member of the group is never refused
     assert isinstance(rejoin, Completion) and not rejoin.done()  # parked for the rebalance
 
@@ -46,4 +47,4 @@ async def test_while_rebalancing_the_members_already_rejoined_count(capped) -> N
     assert state(capped) == GroupState.PREPARING_REBALANCE
     assert _refused(join(capped, client="c"))
     assert _refused(join(capped, client="d", require_known_id=False))
-    assert len(capped.coordinator.groups[GROUP].members) == 2
+    assert len(capped.coordinator.groups.classic(GROUP).members) == 2

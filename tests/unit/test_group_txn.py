@@ -22,7 +22,8 @@ from kafka.protocol.producer import TxnOffsetCommitRequest
 from kafka.record.memory_records import MemoryRecords
 
 from broker.apis import offset_fetch, txn_offset_commit
-from broker.group.classic_group import GroupState, OffsetAndMetadata
+from broker.group.classic_group import GroupState
+from broker.group.offset_cache import OffsetAndMetadata
 from broker.group.offsets_store import TOPIC as OFFSETS_TOPIC
 from broker.replica.delayed_result import Completion
 from protocol.errors import ErrorCode
@@ -113,7 +114,7 @@ async def test_transactional_commit_is_invisible_until_the_commit_marker(
         parts: Components) -> None:
     assert await txn_commit(parts, {TP0: om(10, "a"), TP1: om(20)}) == {
         TP0: ErrorCode.NONE, TP1: ErrorCode.NONE}
-    group = parts.coordinator.groups[GROUP]
+    group = parts.coordinator.groups.classic(GROUP)
     assert group.state == GroupState.EMPTY, "a TxnOffsetCommit to no group creates it Empty"
     assert fetch(parts, [TP0, TP1], False) == {TP0: None, TP1: None}
     assert fetch(parts, None, False) == {}
@@ -124,7 +125,7 @@ async def test_transactional_commit_is_invisible_until_the_commit_marker(
     assert fetch(parts, [TP0, TP1, TP2], True) == {TP0: om(10, "a"), TP1: om(20), TP2: None}
     assert fetch(parts, None, True) == {TP0: om(10, "a"), TP1: om(20)}
     assert not group.pending_txn_offset_commits
-    assert PID not in parts.coordinator.open_groups_for_producer
+    assert PID not in parts.coordinator.offsets.open_groups_for_producer
 
 
 async def test_abort_marker_drops_the_pending_offsets(parts: Components) -> None:
@@ -134,7 +135,7 @@ async def test_abort_marker_drops_the_pending_offsets(parts: Components) -> None
     assert fetch(parts, [TP0, TP1], False) == {TP0: om(5), TP1: None}
     await end_txn(parts, commit=False)
     assert fetch(parts, [TP0, TP1], True) == {TP0: om(5), TP1: None}
-    assert not parts.coordinator.groups[GROUP].pending_txn_offset_commits
+    assert not parts.coordinator.groups.classic(GROUP).pending_txn_offset_commits
 
 
 async def test_completion_touches_only_that_producer_and_that_offsets_partition(
@@ -258,9 +259,9 @@ async def test_restart_resolves_transactional_offsets_by_the_markers_in_the_log(
     try:
         assert fetch(fresh, [TP0, TP1, TP2], True) == before
         assert fetch(fresh, None, False) == {TP0: om(10), TP1: om(50), TP2: om(1)}
-        group = fresh.coordinator.groups[GROUP]
+        group = fresh.coordinator.groups.classic(GROUP)
         assert set(group.pending_txn_offset_commits) == {undecided}
-        assert fresh.coordinator.open_groups_for_producer == {undecided: {GROUP}}
+        assert fresh.coordinator.offsets.open_groups_for_producer == {undecided: {GROUP}}
         # The transaction coordinator completes it after the restart.
         await end_txn(fresh, commit=True, pid=undecided)
         assert fetch(fresh, [TP2], True) == {TP2: om(77)}
@@ -270,7 +271,7 @@ async def test_restart_resolves_transactional_offsets_by_the_markers_in_the_log(
     again = build(tmp_path / "logs", OVERRIDES)
     try:
         assert fetch(again, None, True) == {TP0: om(10), TP1: om(50), TP2: om(77)}
-        assert not again.coordinator.groups[GROUP].pending_txn_offset_commits
+        assert not again.coordinator.groups.classic(GROUP).pending_txn_offset_commits
     finally:
         await again.close()
 
@@ -368,7 +369,7 @@ async def stable_member(c: Components, instance: str | None = None) -> str:
                                       {member: b"assignment"})
     await settle()
     assert synced.result() == (ErrorCode.NONE, b"assignment")  # type: ignore[union-attr]
-    assert c.coordinator.groups[GROUP].state == GroupState.STABLE
+    assert c.coordinator.groups.classic(GROUP).state == GroupState.STABLE
     return member
 
 
@@ -408,7 +409,7 @@ async def test_member_and_generation_are_checked_from_v3(parts: Components) -> N
     for version in (0, 1, 2):
         assert await send(parts, txn_request(version, {TP1: 4})) == {TP1: 0}, version
     # Nothing refused reached the pending offsets.
-    pending = parts.coordinator.groups[GROUP].pending_txn_offset_commits[PID]
+    pending = parts.coordinator.groups.classic(GROUP).pending_txn_offset_commits[PID]
     assert {tp: p.offset_and_metadata.offset for tp, p in pending.items()} == {TP0: 1, TP1: 4}
 
 
@@ -469,7 +470,7 @@ async def test_a_fenced_epoch_is_refused_by_the_log(parts: Components) -> None:
     await end_txn(parts, commit=True, epoch=5)
     assert await txn_commit(parts, {TP0: om(2)}, epoch=4) == {
         TP0: ErrorCode.INVALID_PRODUCER_EPOCH}
-    group = parts.coordinator.groups[GROUP]
+    group = parts.coordinator.groups.classic(GROUP)
     assert not group.pending_txn_offset_commits
-    assert PID not in parts.coordinator.open_groups_for_producer
+    assert PID not in parts.coordinator.offsets.open_groups_for_producer
     assert fetch(parts, [TP0], True) == {TP0: om(1)}

@@ -314,7 +314,7 @@ async def test_join_sync_heartbeat_for_one_member(parts: Components) -> None:
         0, 1, me, me)
     assert (joined.protocol_type, joined.protocol_name) == ("consumer", "range")
     assert [(m.member_id, m.metadata) for m in joined.members] == [(me, b"sub")]
-    member = parts.coordinator.groups["g"].members[me]
+    member = parts.coordinator.groups.classic("g").members[me]
     # The host as Kafka records it (InetAddress.toString), which DescribeGroups shows.
     assert (member.client_id, member.client_host) == (CLIENT_ID, "/" + CLIENT_PEER[0])
 
