@@ -30,6 +30,7 @@ from broker.log.cleaner_manager import CLEANER_OFFSET_CHECKPOINT_FILE
 from broker.log.config import LogConfig
 from broker.log.log import Log
 from broker.log.manager import LogManager
+from broker.log.segment import LogSegment
 from protocol.record_batch import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
@@ -638,9 +639,9 @@ async def test_threads_clean_and_swap_on_the_event_loop(tmp_path: Path) -> None:
     swap_threads: list[str] = []
     original = log.replace_segments
 
-    def spy(cleaned, old):  # type: ignore[no-untyped-def]
+    def spy(cleaned: LogSegment, old: list[LogSegment], now_ms: int | None = None) -> bool:
         swap_threads.append(threading.current_thread().name)
-        return original(cleaned, old)
+        return original(cleaned, old, now_ms)
 
     log.replace_segments = spy  # type: ignore[method-assign]
     cleaner = lm.start_cleaner(CleanerConfig(threads=2, backoff_ms=10),

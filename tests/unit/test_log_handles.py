@@ -119,7 +119,7 @@ def test_emfile_fails_one_creation_leaves_nothing_and_keeps_the_dir_online(
     kept.append(record_batch([b"before"]), T0)
     real = disk.open_file
 
-    def no_descriptors(path, flags, *mode):  # noqa: ANN001, ANN202
+    def no_descriptors(path: str, flags: int, *mode: int) -> int:
         if "full-0" in str(path):
             raise OSError(errno.EMFILE, "Too many open files", str(path))
         return real(path, flags, *mode)
@@ -147,7 +147,7 @@ def test_emfile_on_a_read_fails_that_read_only(
     HANDLES.forget(log.segments[0])
     real = disk.open_file
 
-    def no_descriptors(path, flags, *mode):  # noqa: ANN001, ANN202
+    def no_descriptors(path: str, flags: int, *mode: int) -> int:
         raise OSError(errno.EMFILE, "Too many open files", str(path))
 
     monkeypatch.setattr(disk, "open_file", no_descriptors)
@@ -236,7 +236,7 @@ async def test_emfile_while_adding_partitions_records_none_of_them(
         c.topics.create_topic("grow", 2, {})
         real = disk.open_file
 
-        def no_descriptors(path, flags, *mode):  # noqa: ANN001, ANN202
+        def no_descriptors(path: str, flags: int, *mode: int) -> int:
             if "grow-3" in str(path):
                 raise OSError(errno.EMFILE, "Too many open files", str(path))
             return real(path, flags, *mode)

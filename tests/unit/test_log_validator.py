@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
@@ -171,7 +172,8 @@ def test_topic_level_is_used(codec: int, key: str, levels: tuple[int, int]) -> N
     raw = batch(records)
     payloads = []
     for level in levels:
-        out, _ = run(LogConfig(compression_type=NAMES[codec], **{key: level}), bytearray(raw))
+        level_key: dict[str, Any] = {key: level}
+        out, _ = run(LogConfig(compression_type=NAMES[codec], **level_key), bytearray(raw))
         assert read(out) == list(enumerate(records))
         payload = bytes(out[RECORD_BATCH_OVERHEAD:])
         assert payload == compress(codec, bytes(raw[RECORD_BATCH_OVERHEAD:]), level) or (
@@ -280,7 +282,8 @@ def test_timestamp_before_the_bound_is_found_below_the_first_record() -> None:
 
 def test_records_without_timestamp_and_log_append_time_topics_skip_the_bounds() -> None:
     old = [(b"k", b"v", [], -1), (b"k", b"v", [], NOW - 10 * HOUR)]
-    strict = dict(message_timestamp_before_max_ms=HOUR, message_timestamp_after_max_ms=0)
+    strict: dict[str, Any] = dict(message_timestamp_before_max_ms=HOUR,
+                                  message_timestamp_after_max_ms=0)
     err = refusal(LogConfig(**strict), batch(old))
     assert [i for i, _ in err.record_errors] == [1]
     buf = batch(old)
