@@ -103,12 +103,7 @@ def _shape(ctx: ApiContext, t: Any) -> tuple[int, int, dict[int, list[int]] | No
     """Partition count, replication factor and manual assignment as the request gives them
     (-1: the broker's num.partitions / default.replication.factor)."""
     if t.assignments:
-        if t.replication_factor != -1:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, "A manual partition assignment was "
-                             "specified, but replication factor was not set to -1.")
-        if t.num_partitions != -1:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, "A manual partition assignment was "
-                             "specified, but numPartitions was not set to -1.")
+        check_manual_shape(t)
         assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments}
         first = next(iter(assignment.values()))
         return len(assignment), len(first), assignment
@@ -116,6 +111,16 @@ def _shape(ctx: ApiContext, t: Any) -> tuple[int, int, dict[int, list[int]] | No
     rf = (ctx.config["default.replication.factor"] if t.replication_factor == -1
           else t.replication_factor)
     return partitions, rf, None
+
+
+def check_manual_shape(t: Any) -> None:
+    """A manual assignment leaves the counts at -1 (Kafka's words), else INVALID_REQUEST."""
+    if t.replication_factor != -1:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "A manual partition assignment was "
+                         "specified, but replication factor was not set to -1.")
+    if t.num_partitions != -1:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "A manual partition assignment was "
+                         "specified, but numPartitions was not set to -1.")
 
 
 def _validate_new_topic(cluster: ClusterNode, controller: TopicController, name: str,

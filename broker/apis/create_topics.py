@@ -113,12 +113,7 @@ def _partition_count(ctx: ApiContext, t: Any) -> int:
 def _manual_assignment(t: Any, node_id: int) -> int:
     """Kafka's checks on a manual assignment (ReplicationControlManager.createTopic), in its
     order and words; this broker is the only one registered. Returns the partition count."""
-    if t.replication_factor != -1:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, "A manual partition assignment was "
-                         "specified, but replication factor was not set to -1.")
-    if t.num_partitions != -1:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, "A manual partition assignment was "
-                         "specified, but numPartitions was not set to -1.")
+    cluster_admin.check_manual_shape(t)
     seen: set[int] = set()
     replication_factor: int | None = None
     for a in t.assignments:
