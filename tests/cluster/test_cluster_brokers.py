@@ -21,10 +21,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from broker.cluster.etcd_process import EtcdProcess
 from tests.support.broker import BrokerProcess
+from tests.support.requests import produce_request, produce_response, record_batch
 from tests.support.wire import Wire
 
 SESSION_MS = 2000
@@ -139,6 +141,8 @@ def test_three_brokers_spread_serve_and_survive_a_kill(three: list[BrokerProcess
     for p in before.values():
         assert p.replica_nodes == [p.leader_id] and p.isr_nodes == [p.leader_id]
 
+    check_not_controller_and_not_leader(three, meta.controller_id, before)
+
     records = [(f"k{i}".encode(), f"v{i}".encode()) for i in range(RECORDS)]
     produce(bootstrap, records)
     got = consume_all(bootstrap, list(range(PARTITIONS)), RECORDS)
@@ -187,6 +191,27 @@ def test_three_brokers_spread_serve_and_survive_a_kill(three: list[BrokerProcess
         assert after_restart[i].error_code == 0 and after_restart[i].offline_replicas == []
     got = consume_all(bootstrap, list(range(PARTITIONS)), RECORDS + 1)
     assert sorted(got) == sorted([*records, (b"after", b"kill")])
+
+
+def check_not_controller_and_not_leader(three: list[BrokerProcess], controller_id: int,
+                                        partitions: dict[int, Any]) -> None:
+    """A broker that is not the controller refuses CreateTopics with NOT_CONTROLLER; one that
+    does not lead a partition refuses a produce to it with NOT_LEADER_OR_FOLLOWER."""
+    other = next(b for b in three if int(b.overrides["node.id"]) != controller_id)
+    wire = Wire(other.port)
+    try:
+        topic = CreateTopicsRequest.CreatableTopic
+        req = CreateTopicsRequest[7](timeout_ms=5000, validate_only=False, topics=[topic(
+            name="elsewhere", num_partitions=1, replication_factor=1, configs=[],
+            assignments=[])])
+        [result] = wire.request(req, CreateTopicsResponse).topics
+        assert result.error_code == 41  # NOT_CONTROLLER
+        other_id = int(other.overrides["node.id"])
+        index = next(i for i, p in partitions.items() if p.leader_id != other_id)
+        wire.send(produce_request(TOPIC, record_batch([b"x"]), partition=index))
+        assert produce_response(wire.read_frame())[0] == 6  # NOT_LEADER_OR_FOLLOWER
+    finally:
+        wire.close()
 
 
 def test_a_second_broker_with_a_live_node_id_exits_2(tmp_path: Path, etcd_server: EtcdProcess,
