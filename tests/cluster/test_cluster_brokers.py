@@ -232,5 +232,8 @@ def test_a_second_broker_with_a_live_node_id_exits_2(tmp_path: Path, etcd_server
         assert "7" in lines[0] and "Traceback" not in done.stderr
         assert first.proc is not None and first.proc.poll() is None  # the first one serves on
         assert [b.node_id for b in metadata(first).brokers] == [7]
+        assert first.stop() == 0  # a clean shutdown: resigned and deregistered
+        assert "broker stopped cleanly" in first.log_text()
     finally:
-        first.stop()
+        if first.proc is not None and first.proc.poll() is None:
+            first.stop()
