@@ -133,6 +133,9 @@ KEYS: dict[str, Key] = {
             "How often a broker renews its registration's lease at the longest (it renews "
             "at a third of the session timeout when that is sooner); must be less than "
             "broker.session.timeout.ms.", min=1),
+        Key("unclean.leader.election.enable", _bool, "false",
+            "Cluster mode: the controller may elect a replica outside the ISR when none in it "
+            "is live (data loss); a topic's config of that name overrides it."),
         Key("controller.listener.names", _list, "",
             "Listeners of a KRaft controller: there is none here, so the listeners named are "
             "not bound (a combined-mode server.properties starts as it is)."),

@@ -43,6 +43,9 @@ import structlog
 
 from broker import apis
 from broker.apis.context import ApiContext
+from broker.cluster.broker_node import ClusterNode, ClusterReplicas
+from broker.cluster.registration import BrokerInfo
+from broker.cluster.settings import ClusterSettings
 from broker.config import BrokerConfig, ListenerSpec
 from broker.log.cleaner import CleanerConfig
 from broker.log.manager import LogManager
@@ -62,7 +65,7 @@ from broker.security.scram import ScramCredentialStore
 from broker.security.ssl import principal_builder, server_ssl_context
 from broker.startup_error import StartupError
 from broker.txn import TransactionCoordinator
-from broker.wiring import Owners
+from broker.wiring import Owners, check_log_dirs
 from purgatory import Clock, LoopClock, Timer
 
 logger = structlog.get_logger("broker")
@@ -99,6 +102,8 @@ class Broker:
         self.auth_stats = AuthenticationStats()  # SASL logins, read by the metrics
         self.metrics: BrokerMetrics | None = None
         self.metrics_server: MetricsServer | None = None
+        #: Cluster mode only (``minibroker.etcd.endpoints`` set): this broker's part of it.
+        self.cluster: ClusterNode | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._timers: list[Timer] = []
         self._periodic: dict[str, Any] = {}  # the next run of each periodic job, by key
@@ -109,6 +114,7 @@ class Broker:
     async def start(self) -> None:
         """Bind, then load, then serve (the module docstring says why in that order)."""
         cfg = self.config
+        settings = ClusterSettings.from_config(cfg)  # ConfigError: the keys disagree
         loop = asyncio.get_running_loop()
         loop_clock = LoopClock(loop)
         clock = self.clock = self.clock or loop_clock
@@ -131,16 +137,57 @@ class Broker:
             if self.metrics is not None and metrics_listener is not None:
                 self.metrics_server = MetricsServer(self.metrics, *metrics_listener)
                 await self._bind_metrics(self.metrics_server)
+            if settings.enabled:
+                await self._check_cluster(settings, owners)
             owners.load()
         except BaseException:
             self._close_listeners()
+            if self.cluster is not None:
+                await self.cluster.stop()
             raise
         self._serve_owners(owners, loop)
+        if self.cluster is not None:
+            try:
+                await self._join_cluster(self.cluster, owners, specs)
+            except BaseException:
+                self._close_listeners()
+                await self.cluster.stop()
+                raise
         for server in self.servers.values():
             await _start_serving(server)
         if self.metrics_server is not None:
             await self.metrics_server.serve()
         self._log_started(specs)
+
+    async def _check_cluster(self, settings: ClusterSettings, owners: Owners) -> None:
+        """Before any log is loaded: the cluster id, and every log dir's meta.properties
+        checked against it (a dir of another cluster or node is a StartupError line)."""
+        cluster = self.cluster = ClusterNode(
+            settings, unclean_leader_election=self.config["unclean.leader.election.enable"])
+        check_log_dirs(self.log_dirs)
+        await cluster.check_log_dirs(self.log_dirs)
+        owners.cluster = cluster
+
+    async def _join_cluster(self, cluster: ClusterNode, owners: Owners,
+                            specs: list[ListenerSpec]) -> None:
+        """Once bound (the advertised ports known): register, run for controller, follow the
+        partition states; NodeIdInUse is a StartupError line."""
+        info = BrokerInfo(owners.node.node_id, dict(owners.node.endpoints),
+                          {s.name: s.security_protocol for s in specs}, cluster.settings.rack)
+        replicas = ClusterReplicas(cluster.store, owners.replica_manager, owners.log_manager,
+                                   owners.topics.log_config)
+        await cluster.join(info, replicas)
+        taken = cluster.taken
+        if taken is not None:
+            self._tasks.append(asyncio.create_task(self._leave_when_taken(cluster, taken)))
+
+    async def _leave_when_taken(self, cluster: ClusterNode, taken: asyncio.Event) -> None:
+        """Another broker registered this node id while this one was re-registering: this one
+        must not act for it any more."""
+        await taken.wait()
+        logger.error("node id taken by another broker: leaving the cluster",
+                     node_id=cluster.node_id)
+        await cluster.stop()
 
     async def _bind(self, specs: list[ListenerSpec],
                     securities: dict[str, ListenerSecurity]) -> None:
@@ -317,6 +364,10 @@ class Broker:
 
     async def stop(self) -> None:
         logger.info("broker shutting down")
+        if self.cluster is not None:
+            # Kafka's order: stop acting as controller and leader, then deregister, so the
+            # cluster hears of it at once instead of after the session timeout.
+            await self.cluster.stop()
         rm = self.replica_manager
         for server in self.servers.values():
             server.close()

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from broker.apis.context import ApiContext, Node
 from broker.client_telemetry import ClientTelemetry
+from broker.cluster.broker_node import ClusterNode
 from broker.config import BrokerConfig
 from broker.group.coordinator import GroupConfig, GroupCoordinator
 from broker.group.offsets_store import OffsetsStore
@@ -71,6 +72,9 @@ class Owners:
         self.scram = ScramCredentialStore(self.metadata)
         self.fetch_sessions = FetchSessionCache()
         self.telemetry = ClientTelemetry.of(config)
+        #: Cluster mode: set by the server before ``load`` (its cluster id checked); the
+        #: handlers then answer from the cluster's metadata.
+        self.cluster: ClusterNode | None = None
         self.loaded = False
 
     @property
@@ -114,10 +118,12 @@ class Owners:
             groups.partition_for, self.clock)
         transactions.start()
         rm.verify_transaction = transactions.verify_partition
-        self.node = Node(cfg["node.id"], *cfg.advertised, self.metadata.cluster_id)
+        cluster = self.cluster
+        cluster_id = cluster.cluster_id if cluster is not None else self.metadata.cluster_id
+        self.node = Node(cfg["node.id"], *cfg.advertised, cluster_id)
         self.context = ApiContext(self.node, cfg, topics, rm, groups, self.fetch_sessions,
                                   self.producer_ids, transactions, self.authorizer, self.scram,
-                                  self.telemetry, self.clock)
+                                  self.telemetry, self.clock, cluster)
         self.loaded = True
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from broker.client_telemetry import ClientTelemetry
+from broker.cluster.broker_node import ClusterNode
 from broker.config import BrokerConfig
 from broker.group.coordinator import GroupCoordinator
 from broker.metadata.producer_ids import ProducerIdManager
@@ -59,3 +60,5 @@ class ApiContext:
     scram: ScramCredentialStore
     telemetry: ClientTelemetry
     clock: WallClock  # the broker's wall clock (commit timestamps)
+    #: This broker's part of the cluster (cluster mode only); None: a single broker.
+    cluster: ClusterNode | None = None

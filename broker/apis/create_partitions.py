@@ -1,15 +1,16 @@
 """CreatePartitions (key 37): grow a topic's partition count.
 
 Each topic needs ALTER (TOPIC_AUTHORIZATION_FAILED, listed first and never grown), as Kafka's
-controller checks it.
+controller checks it. In cluster mode the controller grows them (broker/apis/cluster_admin.py).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import CreatePartitionsResponse
 
+from broker.apis import cluster_admin
 from broker.apis.authorize import filter_allowed
 from broker.apis.create_topics import EXCESSIVE_BATCH, MAX_RECORDS_PER_USER_OP
 from broker.security.acl import AclOperation, ResourceType
@@ -25,7 +26,7 @@ VERSIONS = range(0, 4)
 Result = CreatePartitionsResponse.CreatePartitionsTopicResult
 
 
-def handle(ctx: ApiContext, request: Request) -> CreatePartitionsResponse:
+def handle(ctx: ApiContext, request: Request) -> Any:
     req = request.body
     topics = list(req.topics)
     refused: list[Result] = []
@@ -35,6 +36,8 @@ def handle(ctx: ApiContext, request: Request) -> CreatePartitionsResponse:
         refused = [Result(name=t.name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                           error_message=None) for t in topics if t.name not in alterable]
         topics = [t for t in topics if t.name in alterable]
+    if ctx.cluster is not None:  # the controller grows them (NOT_CONTROLLER elsewhere)
+        return cluster_admin.create_partitions(ctx.cluster, topics, req.validate_only, refused)
     new_partitions = 0
     for t in topics:
         info = ctx.topics.metadata.topics.get(t.name)

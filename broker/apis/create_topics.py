@@ -2,7 +2,8 @@
 
 Authorization as Kafka's controller (ControllerApis.createTopics): CREATE on the cluster, or
 else on each topic; a topic refused is answered TOPIC_AUTHORIZATION_FAILED after the others and
-never created. A topic created without DESCRIBE_CONFIGS on it is answered without its configs,
+never created. In cluster mode the controller creates them (broker/apis/cluster_admin.py). A
+topic created without DESCRIBE_CONFIGS on it is answered without its configs,
 partition count or replication factor, its topic_config_error_code TOPIC_AUTHORIZATION_FAILED.
 """
 
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import CreateTopicsResponse
 
+from broker.apis import cluster_admin
 from broker.apis.authorize import cluster_allowed, filter_allowed
 from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
@@ -34,7 +36,7 @@ MAX_RECORDS_PER_USER_OP = 10_000
 EXCESSIVE_BATCH = "Unable to perform excessively large batch operation."
 
 
-def handle(ctx: ApiContext, request: Request) -> CreateTopicsResponse:
+def handle(ctx: ApiContext, request: Request) -> Any:
     req = request.body
     topics = list(req.topics)
     refused: list[Result] = []
@@ -56,6 +58,9 @@ def handle(ctx: ApiContext, request: Request) -> CreateTopicsResponse:
             Result(name=t.name, error_code=ErrorCode.POLICY_VIOLATION,
                    error_message=EXCESSIVE_BATCH, num_partitions=-1, replication_factor=-1,
                    configs=None) for t in topics] + refused)
+    if ctx.cluster is not None:  # the controller creates them (NOT_CONTROLLER elsewhere)
+        return cluster_admin.create_topics(ctx, ctx.cluster, topics, req.validate_only,
+                                           refused, describable)
     results = []
     for t in topics:
         configs = {c.name: c.value for c in t.configs}
@@ -108,12 +113,7 @@ def _partition_count(ctx: ApiContext, t: Any) -> int:
 def _manual_assignment(t: Any, node_id: int) -> int:
     """Kafka's checks on a manual assignment (ReplicationControlManager.createTopic), in its
     order and words; this broker is the only one registered. Returns the partition count."""
-    if t.replication_factor != -1:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, "A manual partition assignment was "
-                         "specified, but replication factor was not set to -1.")
-    if t.num_partitions != -1:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, "A manual partition assignment was "
-                         "specified, but numPartitions was not set to -1.")
+    cluster_admin.check_manual_shape(t)
     seen: set[int] = set()
     replication_factor: int | None = None
     for a in t.assignments:

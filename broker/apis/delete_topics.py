@@ -8,10 +8,11 @@ not; a topic given by id keeps its name in the refusal only when describable.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import DeleteTopicsResponse
 
+from broker.apis import cluster_admin
 from broker.apis.authorize import MESSAGES, allowed, cluster_allowed
 from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
@@ -27,7 +28,7 @@ Result = DeleteTopicsResponse.DeletableTopicResult
 DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
 
-def handle(ctx: ApiContext, request: Request) -> DeleteTopicsResponse:
+def handle(ctx: ApiContext, request: Request) -> Any:
     req = request.body
     if request.version >= 6:
         wanted = [(t.name, t.topic_id) for t in req.topics]
@@ -36,6 +37,8 @@ def handle(ctx: ApiContext, request: Request) -> DeleteTopicsResponse:
     # None: everything may be deleted (the authorizer is off, or DELETE on the cluster).
     check = ctx.authorizer.enabled and not cluster_allowed(ctx, request, AclOperation.DELETE,
                                                            log_if_denied=False)
+    if ctx.cluster is not None:
+        return _cluster(ctx, request, wanted, check)
     store = ctx.topics.metadata
     results = []
     for name, topic_id in wanted:
@@ -49,7 +52,8 @@ def handle(ctx: ApiContext, request: Request) -> DeleteTopicsResponse:
                 continue
             name = info.name
         if check:
-            refusal = _refusal(ctx, request, name, topic_id, by_id)
+            refusal = _refusal(ctx, request, name, topic_id, by_id,
+                               name in ctx.topics.metadata.topics)
             if refusal is not None:
                 results.append(refusal)
                 continue
@@ -63,8 +67,34 @@ def handle(ctx: ApiContext, request: Request) -> DeleteTopicsResponse:
     return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
 
 
-def _refusal(ctx: ApiContext, request: Request, name: str, topic_id: object, by_id: bool
-             ) -> Result | None:
+def _cluster(ctx: ApiContext, request: Request, wanted: list[tuple[Any, Any]], check: bool
+             ) -> Any:
+    """Cluster mode: the controller deletes them (NOT_CONTROLLER elsewhere)."""
+    cluster = ctx.cluster
+    assert cluster is not None
+    done: list[Any] = []
+    names: list[str] = []
+    for name, topic_id in wanted:
+        by_id = name is None
+        if by_id:
+            name = cluster_admin.delete_topic_name(cluster, topic_id)
+            if name is None:
+                done.append(Result(name=None, topic_id=topic_id,
+                                   error_code=ErrorCode.UNKNOWN_TOPIC_ID,
+                                   error_message="unknown topic id"))
+                continue
+        if check:
+            refusal = _refusal(ctx, request, name, topic_id, by_id,
+                               cluster.cache.topic(name) is not None)
+            if refusal is not None:
+                done.append(refusal)
+                continue
+        names.append(name)
+    return cluster_admin.delete_topics(cluster, names, done)
+
+
+def _refusal(ctx: ApiContext, request: Request, name: str, topic_id: object, by_id: bool,
+             exists: bool) -> Result | None:
     """TOPIC_AUTHORIZATION_FAILED as the controller answers it, or None to go on (an unknown
     name the principal may describe goes on, to be answered UNKNOWN_TOPIC_OR_PARTITION)."""
     describable = allowed(ctx, request, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
@@ -73,7 +103,7 @@ def _refusal(ctx: ApiContext, request: Request, name: str, topic_id: object, by_
             return None
         return Result(name=name if describable else None, topic_id=topic_id,
                       error_code=DENIED, error_message=MESSAGES[DENIED])
-    if describable and (name not in ctx.topics.metadata.topics or allowed(
+    if describable and (not exists or allowed(
             ctx, request, AclOperation.DELETE, ResourceType.TOPIC, name)):
         return None
     return Result(name=name, topic_id=topic_id, error_code=DENIED, error_message=MESSAGES[DENIED])

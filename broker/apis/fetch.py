@@ -11,7 +11,9 @@ answers it UNSUPPORTED_COMPRESSION_TYPE, as Kafka does. A partition whose curren
 epoch (v9+, kept by the session for the partitions an incremental fetch leaves out; -1 is not
 checked) is older than the partition's answers FENCED_LEADER_EPOCH, newer
 UNKNOWN_LEADER_EPOCH, checked by the ReplicaManager on every read, a parked fetch's too, as
-Kafka's Partition.fetchRecords and DelayedFetch check it.
+Kafka's Partition.fetchRecords and DelayedFetch check it. In cluster mode a partition of the
+cluster this broker does not lead answers NOT_LEADER_OR_FOLLOWER (the v12+ CurrentLeader and
+v16 NodeEndpoints tagged fields are not encoded yet); topic ids are the cluster's.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from broker.apis.authorize import filter_allowed
+from broker.cluster.broker_node import topic_id_text
 from broker.replica.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, CachedPartition, FetchSession
 from broker.replica.replica_manager import FetchResult, PartitionFetch
 from broker.security.acl import AclOperation, ResourceType
@@ -53,6 +56,8 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
                    if w.topic is not None and w.topic not in readable}
     if version < ZSTD_FETCH_VERSION:
         refused.update(_zstd_refused(ctx, wanted, refused))
+    if ctx.cluster is not None:
+        refused.update(_not_led(ctx, wanted, refused))
     skip = refused
     fetches = [PartitionFetch((w.topic, w.index) if w.topic is not None else None,
                               w.fetch_offset, w.max_bytes, w.current_leader_epoch)
@@ -114,8 +119,12 @@ def _requested(ctx: ApiContext, req: Any, version: int) -> dict[Any, CachedParti
     out: dict[Any, CachedPartition] = {}
     for topic in req.topics:
         if version >= 13:
-            info = ctx.topics.metadata.by_id.get(topic.topic_id)
-            name, key = (info.name if info else None), topic.topic_id
+            key = topic.topic_id
+            if ctx.cluster is not None:
+                name = ctx.cluster.cache.topic_name_of(topic_id_text(key)) if key else None
+            else:
+                info = ctx.topics.metadata.by_id.get(key)
+                name = info.name if info else None
         else:
             name = key = topic.topic
         for p in topic.partitions:
@@ -136,6 +145,20 @@ def _zstd_refused(ctx: ApiContext, wanted: list[CachedPartition], refused: dict[
         if partition is not None and partition.log.config.compression_type == "zstd":
             out[i] = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
     return out
+
+
+def _not_led(ctx: ApiContext, wanted: list[CachedPartition], refused: dict[int, ErrorCode]
+             ) -> dict[int, ErrorCode]:
+    """Cluster mode: the partitions of the cluster this broker does not lead."""
+    cluster = ctx.cluster
+    assert cluster is not None
+    asked = [(w.topic, w.index) for i, w in enumerate(wanted)
+             if i not in refused and w.topic is not None]
+    not_led = cluster.not_led(asked, ctx.replica_manager.partitions)
+    if not not_led:
+        return {}
+    return {i: ErrorCode.NOT_LEADER_OR_FOLLOWER for i, w in enumerate(wanted)
+            if i not in refused and (w.topic, w.index) in not_led}
 
 
 def _with_refused(results: list[FetchResult], refused: dict[int, ErrorCode]

@@ -1,4 +1,5 @@
 """Metadata (key 3): brokers, topics and partition leaders, with topic auto-creation.
+In cluster mode the answer comes from the cluster's metadata (broker/apis/cluster_metadata.py).
 
 Authorization as Kafka's KafkaApis: the all-topics form lists only topics the principal may
 DESCRIBE; a named topic it may not describe answers TOPIC_AUTHORIZATION_FAILED without
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.metadata import MetadataResponse
 
+from broker.apis import cluster_metadata
 from broker.apis.add_partitions_to_txn import INTERNAL_TOPICS
 from broker.apis.authorize import allowed, authorized_ops, cluster_allowed, cluster_ops
 from broker.metadata.file_store import MetadataStore, TopicInfo
@@ -53,6 +55,8 @@ DESCRIBE, TOPIC = AclOperation.DESCRIBE, ResourceType.TOPIC
 
 
 def handle(ctx: ApiContext, request: Request) -> PackedMetadataResponse:
+    if ctx.cluster is not None:
+        return cluster_metadata.metadata(ctx, request, ctx.cluster)
     req = request.body
     version = request.version
     store = ctx.topics.metadata

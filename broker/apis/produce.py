@@ -7,7 +7,9 @@ Transactional batches need the request's transactional id (Kafka answers every p
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED without one, or without WRITE on it); the ReplicaManager
 then checks each partition is in the transaction. With ACLs on, each topic needs WRITE
 (TOPIC_AUTHORIZATION_FAILED for its partitions, nothing appended); with them off the only
-cost is one attribute test.
+cost is one attribute test. In cluster mode a partition of the cluster this broker does not
+lead answers NOT_LEADER_OR_FOLLOWER (the v10+ CurrentLeader and NodeEndpoints tagged fields
+are not encoded yet: the client refreshes its metadata instead).
 """
 
 from __future__ import annotations
@@ -62,6 +64,14 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
         if tid is None and any(_transactional(r) for _, r in entries):
             return _refuse_all(entries, req.acks)
         denied = {}
+    if ctx.cluster is not None:
+        not_led = ctx.cluster.not_led((tp for tp, _ in entries), ctx.replica_manager.partitions)
+        if not_led:
+            denied = {**denied, **{tp: ProduceResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                                   for tp in not_led}}
+            entries = [(tp, r) for tp, r in entries if tp not in not_led]
+            if not entries:
+                return None if req.acks == 0 else _response(denied)
     results = ctx.replica_manager.append_records(entries, request.version, req.acks,
                                                  req.timeout_ms, transactional_id=tid)
     if req.acks == 0:

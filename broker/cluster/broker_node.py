@@ -1,0 +1,335 @@
+"""One broker's part of the cluster, as the server runs it (docs/cluster.md, "Wiring it into
+the broker"): membership, controller duties, this broker's own liveness view, the metadata
+cache the Metadata and DescribeCluster handlers read, and the partition-state watcher telling
+the replica manager which partitions to lead.
+
+``ClusterNode`` is made only when ``ClusterSettings.enabled``; a single broker never builds
+it, so nothing here runs, nor is etcd's client imported, in single-node mode.
+
+``ClusterReplicas`` is the watcher's ``ReplicaListener``: each transition is queued and done
+in order on one task (reading a topic's configs from the store may wait), so a partition's
+become-leader, become-follower and deletion are applied in the order the watcher saw them.
+Replication is not built: a follower's partition is simply not served (its log stays).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import uuid
+from collections.abc import Awaitable, Callable, Container, Coroutine, Iterable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import structlog
+
+from broker.cluster.controller import ControllerMoved
+from broker.cluster.liveness import BrokerLivenessView
+from broker.cluster.membership import ClusterMembership, open_etcd_store
+from broker.cluster.metadata_cache import ClusterMetadataCache, TopicMetadata
+from broker.cluster.partition_watcher import (
+    LeaderAndIsr,
+    LocalReplicaTransitions,
+    PartitionStateWatcher,
+)
+from broker.cluster.registration import BrokerInfo
+from broker.cluster.settings import ClusterSettings
+from broker.cluster.store import Lease, MetadataStore, StoreError, cancel_and_wait
+from broker.cluster.topic_controller import ControllerDuties, TopicController
+from broker.cluster.topic_state import MalformedMetadata, config_key, decode_topic_config
+from broker.log.config import LogConfig
+from broker.log.manager import LogManager
+from broker.replica.delayed_result import Completion
+from broker.replica.partition import Partition
+from broker.replica.replica_manager import ReplicaManager
+from broker.startup_error import StartupError
+from protocol.errors import ErrorCode, KafkaError
+
+logger = structlog.get_logger("broker.cluster")
+
+T = TypeVar("T")
+TopicPartition = tuple[str, int]
+
+
+def topic_uuid(topic_id: str) -> uuid.UUID:
+    """A cluster topic id (Kafka's URL-safe base64 form) as the protocol's UUID."""
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4)))
+
+
+def topic_id_text(value: uuid.UUID) -> str:
+    """The protocol's UUID in the cluster's form (the inverse of ``topic_uuid``)."""
+    return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
+
+
+class ClusterNode:
+    """This broker in the cluster, built by the server in cluster mode only."""
+
+    def __init__(self, settings: ClusterSettings, store: MetadataStore | None = None, *,
+                 unclean_leader_election: bool = False) -> None:
+        self.settings = settings
+        self.store = store if store is not None else open_etcd_store(settings)
+        self.membership = ClusterMembership(settings, self.store, owns_store=store is None)
+        self.duties = ControllerDuties(lambda: self.membership.liveness,
+                                       unclean_leader_election=unclean_leader_election)
+        self.cluster_id = ""
+        self.broker_epoch = -1
+        self.view = BrokerLivenessView(self.store)
+        self.cache = ClusterMetadataCache(self.view)
+        self.watcher: PartitionStateWatcher | None = None
+        self.replicas: ClusterReplicas | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._stopped = False
+
+    @property
+    def node_id(self) -> int:
+        return self.settings.node_id
+
+    @property
+    def controller_id(self) -> int:
+        """The controller this broker knows of, -1 when none (Metadata's controller_id)."""
+        election = self.membership.election
+        active = election.active_controller_id if election is not None else None
+        return -1 if active is None else active
+
+    @property
+    def controller(self) -> TopicController | None:
+        """The topic controller while this broker is the controller, else None."""
+        return self.duties.controller
+
+    def not_led(self, tps: Iterable[TopicPartition], served: Container[TopicPartition]
+                ) -> set[TopicPartition]:
+        """Of ``tps``, the partitions the cluster has that this broker does not serve as
+        leader (Kafka's NOT_LEADER_OR_FOLLOWER; a partition the cluster does not have stays
+        UNKNOWN_TOPIC_OR_PARTITION)."""
+        out: set[TopicPartition] = set()
+        topics: dict[str, TopicMetadata | None] = {}
+        for tp in tps:
+            if tp in served:
+                continue
+            if tp[0] not in topics:
+                topics[tp[0]] = self.cache.topic(tp[0])
+            topic = topics[tp[0]]
+            if topic is not None and tp[1] in topic.partitions:
+                out.add(tp)
+        return out
+
+    async def check_log_dirs(self, log_dirs: Sequence[Path]) -> str:
+        """Before the logs are loaded: the cluster id, every dir checked against it."""
+        self.cluster_id = await self.membership.check_log_dirs(log_dirs)
+        return self.cluster_id
+
+    async def join(self, info: BrokerInfo, replicas: ClusterReplicas) -> None:
+        """Once the listeners are bound: follow the live brokers, register (NodeIdInUse is a
+        StartupError line), then follow the partition states."""
+        self.replicas = replicas
+        replicas.start()
+        try:
+            await self.view.start()
+        except StoreError as e:
+            raise StartupError(f"the cluster's brokers in {self.membership.where} cannot be "
+                               f"read ({e}): check that etcd is running") from None
+        duties = self.duties
+        self.broker_epoch = await self.membership.register(
+            info, listeners=[replicas], on_elected=duties.elected,
+            on_brokers=duties.brokers_changed, on_resigned=duties.resigned)
+        watcher = self.watcher = PartitionStateWatcher(
+            self.store, listeners=[LocalReplicaTransitions(info.node_id, replicas), self.cache])
+        try:
+            await watcher.start()
+        except StoreError as e:
+            raise StartupError(f"the cluster's topics in {self.membership.where} cannot be "
+                               f"read ({e}): check that etcd is running") from None
+        logger.info("joined the cluster", node_id=info.node_id, cluster_id=self.cluster_id,
+                    broker_epoch=self.broker_epoch)
+
+    @property
+    def taken(self) -> asyncio.Event | None:
+        """Set when another broker took this node id while it re-registered: stop."""
+        registration = self.membership.registration
+        return registration.taken if registration is not None else None
+
+    async def stop(self) -> None:
+        """Kafka's controlled shutdown order: stop leading (controller duties), stop
+        following the cluster, then resign and deregister. Once."""
+        if self._stopped:
+            return
+        self._stopped = True
+        await self.duties.stop()
+        if self.watcher is not None:
+            await self.watcher.stop()
+        await self.view.stop()
+        if self.replicas is not None:
+            await self.replicas.stop()
+        for task in list(self._tasks):
+            await cancel_and_wait(task)
+        await self.membership.close()
+
+    # -- the controller's operations, for the admin handlers -----------------------------------
+
+    def on_controller(self, work: Callable[[TopicController], Awaitable[T]],
+                      moved: Callable[[], T]) -> Completion[T] | None:
+        """``work`` on this broker's topic controller, answered later; None when this broker
+        is not the controller (the handler answers NOT_CONTROLLER), ``moved()`` when it
+        stopped being the controller meanwhile."""
+        controller = self.controller
+        if controller is None:
+            return None
+        done: Completion[T] = Completion()
+
+        async def run() -> None:
+            try:
+                result = await work(controller)
+            except ControllerMoved:
+                result = moved()
+            except BaseException as e:
+                done.set_exception(e)
+                raise
+            done.set_result(result)
+
+        self._spawn(run())
+        return done
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work, name="cluster-admin")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+class ClusterReplicas:
+    """The replica manager's side of LeaderAndIsr and StopReplica (a ``ReplicaListener``),
+    and of the registration (a ``RegistrationListener``: on its loss stop leading at once)."""
+
+    def __init__(self, store: MetadataStore, replica_manager: ReplicaManager,
+                 log_manager: LogManager, log_config: Callable[[dict[str, str]], LogConfig]
+                 ) -> None:
+        self.store = store
+        self.replica_manager = replica_manager
+        self.log_manager = log_manager
+        self.log_config = log_config
+        #: the partitions this broker leads: leader epoch by partition.
+        self.led: dict[TopicPartition, int] = {}
+        self._configs: dict[str, dict[str, str]] = {}  # by topic id
+        self._queue: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(),
+                                                            name="replica-transitions")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            await cancel_and_wait(self._task)
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            step = await self._queue.get()
+            try:
+                await step()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("replica transition failed")
+
+    async def idle(self) -> None:
+        """Wait until every queued transition is done (tests)."""
+        while not self._queue.empty():
+            await asyncio.sleep(0.01)
+
+    # -- ReplicaListener ---------------------------------------------------------------------
+
+    def become_leader(self, partition: LeaderAndIsr) -> None:
+        self._queue.put_nowait(lambda: self._lead(partition))
+
+    def become_follower(self, partition: LeaderAndIsr) -> None:
+        self._queue.put_nowait(lambda: self._follow(partition))
+
+    def partition_deleted(self, topic: str, topic_id: str, partition: int) -> None:
+        self._queue.put_nowait(lambda: self._delete(topic, topic_id, partition))
+
+    # -- RegistrationListener ------------------------------------------------------------------
+
+    def broker_registered(self, epoch: int, lease: Lease) -> None:
+        return None  # the controller gives this broker's partitions new leader epochs
+
+    def broker_lost(self, epoch: int, reason: str) -> None:
+        """Another broker may lead these partitions soon: stop serving them now."""
+        for tp in list(self.led):
+            self._unserve(tp)
+        logger.warning("stopped leading: registration lost", broker_epoch=epoch, reason=reason)
+
+    # -- the transitions -----------------------------------------------------------------------
+
+    async def _lead(self, p: LeaderAndIsr) -> None:
+        tp = (p.topic, p.partition)
+        configs = await self._topic_configs(p.topic, p.topic_id)
+        rm = self.replica_manager
+        partition = rm.partitions.get(tp)
+        if partition is None:
+            cfg = self.log_config(configs)
+            log = self.log_manager.get_log(tp)
+            if log is None:
+                try:
+                    log = self.log_manager.create_log(p.topic, p.partition, cfg)
+                except KafkaError as e:
+                    logger.error("cannot create the log of a partition to lead",
+                                 topic=p.topic, partition=p.partition, error=str(e))
+                    return
+            else:
+                log.update_config(cfg)
+            partition = Partition(p.topic, p.partition, log, cfg.flush_interval_messages == 1)
+            rm.add_partition(partition)
+        if p.leader_epoch < partition.leader_epoch:
+            logger.warning("stale leader epoch ignored", topic=p.topic, partition=p.partition,
+                           leader_epoch=p.leader_epoch, current=partition.leader_epoch)
+            return
+        rm.make_leader(tp, p.leader_epoch)
+        self.led[tp] = p.leader_epoch
+        logger.info("leading partition", topic=p.topic, partition=p.partition,
+                    leader_epoch=p.leader_epoch)
+
+    async def _follow(self, p: LeaderAndIsr) -> None:
+        tp = (p.topic, p.partition)
+        if self._unserve(tp):
+            logger.info("stopped leading partition", topic=p.topic, partition=p.partition,
+                        leader=p.leader, leader_epoch=p.leader_epoch)
+
+    async def _delete(self, topic: str, topic_id: str, partition: int) -> None:
+        tp = (topic, partition)
+        self._unserve(tp)
+        self.log_manager.delete_log(tp)
+        self._configs.pop(topic_id, None)
+        logger.info("partition deleted", topic=topic, partition=partition)
+
+    def _unserve(self, tp: TopicPartition) -> bool:
+        """Not served any more (parked requests on it answered now); its log stays."""
+        self.led.pop(tp, None)
+        return self.replica_manager.remove_partition(tp) is not None
+
+    async def _topic_configs(self, topic: str, topic_id: str, attempts: int = 5
+                             ) -> dict[str, str]:
+        """The topic's configs from the cluster (read once per topic id); the broker's
+        defaults when they cannot be read after a few tries (logged)."""
+        known = self._configs.get(topic_id)
+        if known is not None:
+            return known
+        for attempt in range(attempts):
+            try:
+                kv = await self.store.get(config_key(topic))
+                configs = {} if kv is None else decode_topic_config(topic, kv.value)
+                self._configs[topic_id] = configs
+                return configs
+            except MalformedMetadata as e:
+                logger.error("topic configs unreadable: broker defaults used", topic=topic,
+                             error=str(e))
+                return {}
+            except StoreError:
+                await asyncio.sleep(0.2 * (attempt + 1))
+        logger.warning("topic configs not reachable: broker defaults used", topic=topic)
+        return {}
+
+
+def not_controller(what: str = "This broker is not the controller.") -> tuple[ErrorCode, str]:
+    """Kafka's answer from a broker that is not (or no longer) the controller: the client
+    refreshes its metadata and retries on the controller."""
+    return ErrorCode.NOT_CONTROLLER, what
