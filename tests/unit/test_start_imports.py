@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -100,7 +101,7 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
             for n, _, _ in scenarios}
 
 
-def _result(outputs: dict[str, str], name: str) -> dict | list:
+def _result(outputs: dict[str, str], name: str) -> Any:
     """The last line a scenario printed, as JSON; its traceback if it failed."""
     lines = outputs[name].strip().splitlines()
     try:
@@ -136,7 +137,7 @@ _STARTED_BROKER = """
 """
 
 
-def test_a_started_broker_runs_no_client_codec_or_exposition_code(outputs) -> None:
+def test_a_started_broker_runs_no_client_codec_or_exposition_code(outputs: dict[str, str]) -> None:
     out = _result(outputs, "started_broker")
     assert "broker.server" in out["ran"] and "kafka.protocol.consumer.fetch" in out["ran"]
     assert _heavy(out["ran"]) == []
@@ -166,7 +167,7 @@ _COMPRESSED_BATCH = """
 """
 
 
-def test_a_compressed_batch_loads_its_codec_on_first_use(outputs) -> None:
+def test_a_compressed_batch_loads_its_codec_on_first_use(outputs: dict[str, str]) -> None:
     out = _result(outputs, "compressed_batch")
     assert out["before"] == {"snappy": True, "zstandard": True}
     assert out["available"] == [True, True, True, True]
@@ -183,7 +184,7 @@ _EMBEDDING_PROCESS = """
 """
 
 
-def test_an_embedding_process_keeps_its_own_modules(outputs) -> None:
+def test_an_embedding_process_keeps_its_own_modules(outputs: dict[str, str]) -> None:
     """Importing the broker, its test fixture or its pytest plugin registers no stand-in
     modules: only the broker's own process (its entry point) defers its imports."""
     assert _result(outputs, "embedding_process") == []
@@ -208,7 +209,7 @@ _DEFERRED_PACKAGE = """
 """
 
 
-def test_a_deferred_package_runs_its_init_at_the_first_other_name(outputs) -> None:
+def test_a_deferred_package_runs_its_init_at_the_first_other_name(outputs: dict[str, str]) -> None:
     out = _result(outputs, "deferred_package")
     assert out == {"deferred": [True, True], "same_class": True, "version": True,
                    "registry": "CollectorRegistry", "after": [False, False], "missing": True}
