@@ -124,8 +124,7 @@ def test_kcat_metadata_produce_consume(broker: EmbeddedBroker) -> None:
          stdin="".join(f"k{i}:{line}\n" for i, line in enumerate(lines)))
     assert watermarks(broker.bootstrap_servers, topic, 1) == (0, 50)
     out = kcat("-C", "-b", broker.bootstrap_servers, "-t", topic, "-p", "1", "-o", "beginning",
-               "-e",
-               "-q", "-f", "%o %k %s\n")
+               "-e", "-q", "-f", "%o %k %s\n")
     assert out.splitlines() == [f"{i} k{i} {line}" for i, line in enumerate(lines)]
     tail = kcat("-C", "-b", broker.bootstrap_servers, "-t", topic, "-p", "1", "-o", "-5", "-e",
                 "-q")
@@ -275,8 +274,7 @@ def test_kcat_headers(broker: EmbeddedBroker) -> None:
 
     csv = ",".join(f"{k}={v.decode()}" for k, v in headers)
     out = kcat("-C", "-b", broker.bootstrap_servers, "-t", topic, "-p", "0", "-o", "beginning",
-               "-e",
-               "-q", "-f", "%o|%k|%s|%h\n")
+               "-e", "-q", "-f", "%o|%k|%s|%h\n")
     assert out.splitlines() == [f"{i}|k{i}|v{i}|{csv}" for i in range(5)]
 
     envelope = [json.loads(line) for line in kcat(
@@ -305,8 +303,7 @@ def test_kcat_timestamps(broker: EmbeddedBroker) -> None:
                 for i in range(5)]
     assert confluent_produce(broker.bootstrap_servers, topic, explicit) == list(range(5))
     out = kcat("-C", "-b", broker.bootstrap_servers, "-t", topic, "-p", "0", "-o", "beginning",
-               "-e",
-               "-q", "-f", "%o|%T|%s\n")
+               "-e", "-q", "-f", "%o|%T|%s\n")
     assert out.splitlines() == [f"{i}|{r.timestamp}|{r.value.decode()}"
                                 for i, r in enumerate(explicit)]
 
@@ -315,8 +312,7 @@ def test_kcat_timestamps(broker: EmbeddedBroker) -> None:
          stdin="now-0\nnow-1\nnow-2\n")
     after = int(time.time() * 1000)
     stamped = kcat("-C", "-b", broker.bootstrap_servers, "-t", topic, "-p", "0", "-o", "5", "-e",
-                   "-q",
-                   "-f", "%T|%s\n").splitlines()
+                   "-q", "-f", "%T|%s\n").splitlines()
     assert [line.split("|")[1] for line in stamped] == ["now-0", "now-1", "now-2"]
     assert all(before <= int(line.split("|")[0]) <= after for line in stamped), (
         before, stamped, after)
@@ -341,8 +337,7 @@ def test_kcat_timestamps(broker: EmbeddedBroker) -> None:
     # -o s@ / e@: consume from the first record at or after a time, stop before another.
     def window(start: int, stop: int) -> list[str]:
         return kcat("-C", "-b", broker.bootstrap_servers, "-t", topic, "-p", "0", "-o",
-                    f"s@{start}",
-                    "-o", f"e@{stop}", "-e", "-q", "-f", "%o|%s\n").splitlines()
+                    f"s@{start}", "-o", f"e@{stop}", "-e", "-q", "-f", "%o|%s\n").splitlines()
 
     assert window(base + 1000, base + 3000) == ["1|old-1", "2|old-2"]
     assert window(base + 3500, after + 1) == [
@@ -363,6 +358,5 @@ def test_kcat_idempotent_producer(broker: EmbeddedBroker) -> None:
     assert_idempotent_batches(broker.data_dir / "logs", topic, 0, n)
     assert len(disk_batches(broker.data_dir / "logs", topic)) >= n // 100
     out = kcat("-C", "-b", broker.bootstrap_servers, "-t", topic, "-p", "0", "-o", "beginning",
-               "-e",
-               "-q", "-f", "%o|%k|%s\n", timeout=60)
+               "-e", "-q", "-f", "%o|%k|%s\n", timeout=60)
     assert out.splitlines() == [f"{i}|k{i}|idem-{i}" for i in range(n)]
