@@ -16,13 +16,16 @@ import subprocess
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient
 
-from tests.support.broker import BrokerProcess
+from broker.testing import EmbeddedBroker
+from tests.conformance.conftest import GROUP_OVERRIDES
 from tests.support.clients import (
     CREATE_TIME,
     Rec,
@@ -39,6 +42,21 @@ from tests.support.clients import (
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 
 pytestmark = pytest.mark.skipif(KCAT is None, reason="kcat not on PATH (make test installs it)")
+
+
+@pytest.fixture
+def broker(mini_broker_factory: Callable[..., Any]) -> Iterator[EmbeddedBroker]:
+    """An embedded broker for each test: kcat is the real client process, the broker need not
+    be one (no test here stops the broker or reads its log)."""
+    with mini_broker_factory() as b:
+        yield b
+
+
+@pytest.fixture
+def group_broker(mini_broker_factory: Callable[..., Any]) -> Iterator[EmbeddedBroker]:
+    """The conformance suite's group-tuned broker (tests/conformance/conftest.py), embedded."""
+    with mini_broker_factory(**GROUP_OVERRIDES) as b:
+        yield b
 
 
 def kcat(*args: str, stdin: str | None = None, timeout: float = 30) -> str:
@@ -93,24 +111,25 @@ class Balanced:
         return self.stderr_path.read_text(errors="replace")
 
 
-def test_kcat_metadata_produce_consume(broker: BrokerProcess) -> None:
+def test_kcat_metadata_produce_consume(broker: EmbeddedBroker) -> None:
     topic = unique_topic("kcat-pc")
-    create_topic(broker.bootstrap, topic, 2)
-    meta = json.loads(kcat("-L", "-J", "-b", broker.bootstrap, "-t", topic))
-    assert [b["name"] for b in meta["brokers"]] == [broker.bootstrap]
+    create_topic(broker.bootstrap_servers, topic, 2)
+    meta = json.loads(kcat("-L", "-J", "-b", broker.bootstrap_servers, "-t", topic))
+    assert [b["name"] for b in meta["brokers"]] == [broker.bootstrap_servers]
     (t,) = meta["topics"]
     assert t["topic"] == topic and len(t["partitions"]) == 2 and "error" not in t, t
 
     lines = [f"line {i} ünïcødé" for i in range(50)]
-    kcat("-P", "-b", broker.bootstrap, "-t", topic, "-p", "1", "-K", ":",
+    kcat("-P", "-b", broker.bootstrap_servers, "-t", topic, "-p", "1", "-K", ":",
          stdin="".join(f"k{i}:{line}\n" for i, line in enumerate(lines)))
-    assert watermarks(broker.bootstrap, topic, 1) == (0, 50)
-    out = kcat("-C", "-b", broker.bootstrap, "-t", topic, "-p", "1", "-o", "beginning", "-e",
-               "-q", "-f", "%o %k %s\n")
+    assert watermarks(broker.bootstrap_servers, topic, 1) == (0, 50)
+    out = kcat("-C", "-b", broker.bootstrap_servers, "-t", topic, "-p", "1", "-o", "beginning",
+               "-e", "-q", "-f", "%o %k %s\n")
     assert out.splitlines() == [f"{i} k{i} {line}" for i, line in enumerate(lines)]
-    tail = kcat("-C", "-b", broker.bootstrap, "-t", topic, "-p", "1", "-o", "-5", "-e", "-q")
+    tail = kcat("-C", "-b", broker.bootstrap_servers, "-t", topic, "-p", "1", "-o", "-5", "-e",
+                "-q")
     assert tail.splitlines() == lines[-5:]
-    assert kcat("-C", "-b", broker.bootstrap, "-t", topic, "-p", "0", "-e", "-q") == ""
+    assert kcat("-C", "-b", broker.bootstrap_servers, "-t", topic, "-p", "0", "-e", "-q") == ""
 
 
 def _admin(bootstrap: str, errors: list) -> AdminClient:
@@ -137,18 +156,18 @@ def _produce_lines(bootstrap: str, topic: str, values: list[str]) -> None:
          stdin="".join(f"key-{v}:{v}\n" for v in values))
 
 
-def test_kcat_balanced_consumers(group_broker: BrokerProcess, tmp_path: Path) -> None:
+def test_kcat_balanced_consumers(group_broker: EmbeddedBroker, tmp_path: Path) -> None:
     b = group_broker
     topic, group = unique_topic("kcat-g"), unique_topic("kcat-grp")
     partitions, count = 4, 400
-    create_topic(b.bootstrap, topic, partitions)
+    create_topic(b.bootstrap_servers, topic, partitions)
     errors: list = []
-    admin = _admin(b.bootstrap, errors)
+    admin = _admin(b.bootstrap_servers, errors)
 
     def stable_with_two():
         return _stable_shares(admin, group, 2)
 
-    consumers = [Balanced(b.bootstrap, group, topic, tmp_path / f"kcat-{i}.err")
+    consumers = [Balanced(b.bootstrap_servers, group, topic, tmp_path / f"kcat-{i}.err")
                  for i in range(2)]
     try:
         shares = wait_until(stable_with_two, 30, "two kcat -G members in a stable group")
@@ -156,9 +175,9 @@ def test_kcat_balanced_consumers(group_broker: BrokerProcess, tmp_path: Path) ->
             range(partitions)), shares
 
         values = [f"v{i}" for i in range(count)]
-        kcat("-P", "-b", b.bootstrap, "-t", topic, "-K", ":",
+        kcat("-P", "-b", b.bootstrap_servers, "-t", topic, "-K", ":",
              stdin="".join(f"key{i}:{v}\n" for i, v in enumerate(values)))
-        assert sum(watermarks(b.bootstrap, topic, p)[1] for p in range(partitions)) == count
+        assert sum(watermarks(b.bootstrap_servers, topic, p)[1] for p in range(partitions)) == count
 
         wait_until(lambda: sum(len(c.lines) for c in consumers) >= count, 30,
                    f"{count} records through the two kcat -G consumers")
@@ -184,29 +203,29 @@ def test_kcat_balanced_consumers(group_broker: BrokerProcess, tmp_path: Path) ->
 
     # kcat closed its consumers on SIGTERM: the final positions are committed.
     committed = _committed(admin, group)
-    assert committed == {p: watermarks(b.bootstrap, topic, p)[1] for p in range(partitions)}
+    assert committed == {p: watermarks(b.bootstrap_servers, topic, p)[1] for p in range(partitions)}
     assert not errors, errors
 
 
-def test_kcat_member_dies(group_broker: BrokerProcess, tmp_path: Path) -> None:
+def test_kcat_member_dies(group_broker: EmbeddedBroker, tmp_path: Path) -> None:
     """A `kcat -G` member is SIGKILLed (no LeaveGroup): its session expires in the heartbeat
     purgatory, the group rebalances, and the survivor takes its partitions over from the
     offsets it had committed."""
     b = group_broker
     topic, group = unique_topic("kcat-die"), unique_topic("kcat-die-grp")
     partitions = 4
-    create_topic(b.bootstrap, topic, partitions)
+    create_topic(b.bootstrap_servers, topic, partitions)
     errors: list = []
-    admin = _admin(b.bootstrap, errors)
+    admin = _admin(b.bootstrap_servers, errors)
     session_s = 3
-    consumers = [Balanced(b.bootstrap, group, topic, tmp_path / f"kcat-{i}.err",
+    consumers = [Balanced(b.bootstrap_servers, group, topic, tmp_path / f"kcat-{i}.err",
                           session_ms=session_s * 1000) for i in range(2)]
     survivor, victim = consumers
     try:
         wait_until(lambda: _stable_shares(admin, group, 2), 30, "a stable group of two")
         first = [f"one-{i}" for i in range(200)]
-        _produce_lines(b.bootstrap, topic, first)
-        ends = {p: watermarks(b.bootstrap, topic, p)[1] for p in range(partitions)}
+        _produce_lines(b.bootstrap_servers, topic, first)
+        ends = {p: watermarks(b.bootstrap_servers, topic, p)[1] for p in range(partitions)}
         wait_until(lambda: sum(len(c.lines) for c in consumers) >= len(first), 30,
                    "the first records consumed")
         # auto.commit.interval.ms=200: wait until everything read is committed, then kill.
@@ -217,7 +236,7 @@ def test_kcat_member_dies(group_broker: BrokerProcess, tmp_path: Path) -> None:
         killed_at = time.monotonic()
 
         second = [f"two-{i}" for i in range(200)]
-        _produce_lines(b.bootstrap, topic, second)
+        _produce_lines(b.bootstrap_servers, topic, second)
         shares = wait_until(lambda: _stable_shares(admin, group, 1), 30,
                             "the group of one after the session timeout")
         expelled_after = time.monotonic() - killed_at
@@ -242,72 +261,73 @@ def test_kcat_member_dies(group_broker: BrokerProcess, tmp_path: Path) -> None:
     assert not errors, errors
 
 
-def test_kcat_headers(broker: BrokerProcess) -> None:
+def test_kcat_headers(broker: EmbeddedBroker) -> None:
     """`-H name=value` (repeated, a name twice, an empty value, non-ASCII) is sent on every
     record; kcat's `%h` and `-J` and confluent-kafka read every header back in order."""
     topic = unique_topic("kcat-h")
-    create_topic(broker.bootstrap, topic)
+    create_topic(broker.bootstrap_servers, topic)
     headers = (("trace", b"abc-123"), ("dup", b"first"), ("dup", b"second"), ("empty", b""),
                ("ключ", "значение".encode()))
     flags = [arg for k, v in headers for arg in ("-H", f"{k}={v.decode()}")]
-    kcat("-P", "-b", broker.bootstrap, "-t", topic, "-p", "0", "-K", ":", *flags,
+    kcat("-P", "-b", broker.bootstrap_servers, "-t", topic, "-p", "0", "-K", ":", *flags,
          stdin="".join(f"k{i}:v{i}\n" for i in range(5)))
 
     csv = ",".join(f"{k}={v.decode()}" for k, v in headers)
-    out = kcat("-C", "-b", broker.bootstrap, "-t", topic, "-p", "0", "-o", "beginning", "-e",
-               "-q", "-f", "%o|%k|%s|%h\n")
+    out = kcat("-C", "-b", broker.bootstrap_servers, "-t", topic, "-p", "0", "-o", "beginning",
+               "-e", "-q", "-f", "%o|%k|%s|%h\n")
     assert out.splitlines() == [f"{i}|k{i}|v{i}|{csv}" for i in range(5)]
 
     envelope = [json.loads(line) for line in kcat(
-        "-C", "-b", broker.bootstrap, "-t", topic, "-p", "0", "-o", "beginning", "-e", "-q",
+        "-C", "-b", broker.bootstrap_servers, "-t", topic, "-p", "0", "-o", "beginning", "-e", "-q",
         "-J").splitlines()]
     assert [e["offset"] for e in envelope] == list(range(5))
     for e in envelope:
         # kcat prints -J headers as a flat [name, value, name, value, ...] list
         assert e["headers"] == [x for k, v in headers for x in (k, v.decode())], e
 
-    got = confluent_consume(broker.bootstrap, topic, 5)
+    got = confluent_consume(broker.bootstrap_servers, topic, 5)
     assert [g.rec for g in got] == [
         Rec(f"k{i}".encode(), f"v{i}".encode(), headers, g.rec.timestamp)
         for i, g in enumerate(got)]
 
 
-def test_kcat_timestamps(broker: BrokerProcess) -> None:
+def test_kcat_timestamps(broker: EmbeddedBroker) -> None:
     """Explicit CreateTimes set by another producer come back exactly through `%T`; kcat -P
     stamps each record with its CreateTime (now), which `%T` and `-J` print; `-Q` finds the
     first offset at a timestamp (ListOffsets by time) and `-o s@`/`e@` start and stop consuming
     at timestamps."""
     topic = unique_topic("kcat-ts")
-    create_topic(broker.bootstrap, topic)
+    create_topic(broker.bootstrap_servers, topic)
     base = int(time.time() * 1000) - 10 * 86_400_000
     explicit = [Rec(f"k{i}".encode(), f"old-{i}".encode(), (), base + 1000 * i)
                 for i in range(5)]
-    assert confluent_produce(broker.bootstrap, topic, explicit) == list(range(5))
-    out = kcat("-C", "-b", broker.bootstrap, "-t", topic, "-p", "0", "-o", "beginning", "-e",
-               "-q", "-f", "%o|%T|%s\n")
+    assert confluent_produce(broker.bootstrap_servers, topic, explicit) == list(range(5))
+    out = kcat("-C", "-b", broker.bootstrap_servers, "-t", topic, "-p", "0", "-o", "beginning",
+               "-e", "-q", "-f", "%o|%T|%s\n")
     assert out.splitlines() == [f"{i}|{r.timestamp}|{r.value.decode()}"
                                 for i, r in enumerate(explicit)]
 
     before = int(time.time() * 1000)
-    kcat("-P", "-b", broker.bootstrap, "-t", topic, "-p", "0", stdin="now-0\nnow-1\nnow-2\n")
+    kcat("-P", "-b", broker.bootstrap_servers, "-t", topic, "-p", "0",
+         stdin="now-0\nnow-1\nnow-2\n")
     after = int(time.time() * 1000)
-    stamped = kcat("-C", "-b", broker.bootstrap, "-t", topic, "-p", "0", "-o", "5", "-e", "-q",
-                   "-f", "%T|%s\n").splitlines()
+    stamped = kcat("-C", "-b", broker.bootstrap_servers, "-t", topic, "-p", "0", "-o", "5", "-e",
+                   "-q", "-f", "%T|%s\n").splitlines()
     assert [line.split("|")[1] for line in stamped] == ["now-0", "now-1", "now-2"]
     assert all(before <= int(line.split("|")[0]) <= after for line in stamped), (
         before, stamped, after)
     envelope = [json.loads(line) for line in kcat(
-        "-C", "-b", broker.bootstrap, "-t", topic, "-p", "0", "-o", "beginning", "-e", "-q",
+        "-C", "-b", broker.bootstrap_servers, "-t", topic, "-p", "0", "-o", "beginning", "-e", "-q",
         "-J").splitlines()]
     assert [(e["tstype"], e["ts"]) for e in envelope] == [
         ("create", r.timestamp) for r in explicit] + [
         ("create", int(line.split("|")[0])) for line in stamped]
-    assert {g.timestamp_type for g in confluent_consume(broker.bootstrap, topic, 8)} == {
+    assert {g.timestamp_type for g in confluent_consume(broker.bootstrap_servers, topic, 8)} == {
         CREATE_TIME}
 
     # -Q: the first offset whose timestamp is at or after the one asked for; -1 past the last.
     def query(ts: int) -> int:
-        found = kcat("-Q", "-b", broker.bootstrap, "-t", f"{topic}:0:{ts}")
+        found = kcat("-Q", "-b", broker.bootstrap_servers, "-t", f"{topic}:0:{ts}")
         return int(found.split("offset")[1].split()[0])
 
     assert [query(ts) for ts in (base - 1, base, base + 1500, base + 4001, before)] == [
@@ -316,27 +336,27 @@ def test_kcat_timestamps(broker: BrokerProcess) -> None:
 
     # -o s@ / e@: consume from the first record at or after a time, stop before another.
     def window(start: int, stop: int) -> list[str]:
-        return kcat("-C", "-b", broker.bootstrap, "-t", topic, "-p", "0", "-o", f"s@{start}",
-                    "-o", f"e@{stop}", "-e", "-q", "-f", "%o|%s\n").splitlines()
+        return kcat("-C", "-b", broker.bootstrap_servers, "-t", topic, "-p", "0", "-o",
+                    f"s@{start}", "-o", f"e@{stop}", "-e", "-q", "-f", "%o|%s\n").splitlines()
 
     assert window(base + 1000, base + 3000) == ["1|old-1", "2|old-2"]
     assert window(base + 3500, after + 1) == [
         "4|old-4", "5|now-0", "6|now-1", "7|now-2"]
 
 
-def test_kcat_idempotent_producer(broker: BrokerProcess) -> None:
+def test_kcat_idempotent_producer(broker: EmbeddedBroker) -> None:
     """`-X enable.idempotence=true`: every record stored once, all batches with one producer id
     and epoch and sequence numbers running from 0 without gap, in step with the offsets."""
     topic = unique_topic("kcat-idem")
-    create_topic(broker.bootstrap, topic)
+    create_topic(broker.bootstrap_servers, topic)
     n = 2000
-    kcat("-P", "-b", broker.bootstrap, "-t", topic, "-p", "0", "-K", ":",
+    kcat("-P", "-b", broker.bootstrap_servers, "-t", topic, "-p", "0", "-K", ":",
          "-X", "enable.idempotence=true", "-X", "acks=all", "-X", "linger.ms=5",
          "-X", "batch.num.messages=100", "-X", "broker.address.family=v4",
          stdin="".join(f"k{i}:idem-{i}\n" for i in range(n)), timeout=60)
-    assert watermarks(broker.bootstrap, topic) == (0, n)
+    assert watermarks(broker.bootstrap_servers, topic) == (0, n)
     assert_idempotent_batches(broker.data_dir / "logs", topic, 0, n)
     assert len(disk_batches(broker.data_dir / "logs", topic)) >= n // 100
-    out = kcat("-C", "-b", broker.bootstrap, "-t", topic, "-p", "0", "-o", "beginning", "-e",
-               "-q", "-f", "%o|%k|%s\n", timeout=60)
+    out = kcat("-C", "-b", broker.bootstrap_servers, "-t", topic, "-p", "0", "-o", "beginning",
+               "-e", "-q", "-f", "%o|%k|%s\n", timeout=60)
     assert out.splitlines() == [f"{i}|k{i}|idem-{i}" for i in range(n)]

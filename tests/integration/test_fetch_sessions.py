@@ -10,12 +10,14 @@ FETCH_SESSION_ID_NOT_FOUND (70); epoch -1 closes the session.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer import fetcher as kafka_fetcher
 
-from tests.support.broker import BrokerProcess
+from broker.testing import EmbeddedBroker
 from tests.support.clients import (
     CREATE_TIME,
     LOG_APPEND_TIME,
@@ -42,10 +44,17 @@ FETCH_SESSION_ID_NOT_FOUND = 70
 INVALID_FETCH_SESSION_EPOCH = 71
 
 
+@pytest.fixture
+def broker(mini_broker_factory: Callable[..., Any]) -> Iterator[EmbeddedBroker]:
+    """An embedded broker of its own for each test (the fixture broker.testing ships)."""
+    with mini_broker_factory() as b:
+        yield b
+
+
 class Session:
     """A raw socket speaking Fetch v12 for one topic, tracking the correlation id."""
 
-    def __init__(self, broker: BrokerProcess, topic: str) -> None:
+    def __init__(self, broker: EmbeddedBroker, topic: str) -> None:
         self.wire = Wire(broker.port)
         self.producer = Wire(broker.port)
         self.topic = topic
@@ -93,9 +102,9 @@ def _partitions(resp, topic: str) -> dict[int, tuple[int, int, list]]:
     return out
 
 
-def test_raw_fetch_session_lifecycle(broker: BrokerProcess) -> None:
+def test_raw_fetch_session_lifecycle(broker: EmbeddedBroker) -> None:
     topic = unique_topic("session")
-    create_topic(broker.bootstrap, topic, partitions=2)
+    create_topic(broker.bootstrap_servers, topic, partitions=2)
     s = Session(broker, topic)
     try:
         s.produce(0, b"a0", b"a1", b"a2")
@@ -180,14 +189,15 @@ def test_raw_fetch_session_lifecycle(broker: BrokerProcess) -> None:
 
 
 def test_kafka_python_consumer_uses_one_session(
-    broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch
+    broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """kafka-python's KafkaConsumer (incremental fetch sessions on by default) reads 1,000
     records with assign() + seek_to_beginning(), in many small fetches of one session."""
     topic = unique_topic("kp-session")
-    create_topic(broker.bootstrap, topic)
+    create_topic(broker.bootstrap_servers, topic)
     sent = numbered(1000, "kp")
-    offsets = confluent_produce(broker.bootstrap, topic, sent, extra={"batch.num.messages": 25})
+    offsets = confluent_produce(broker.bootstrap_servers, topic, sent,
+                                extra={"batch.num.messages": 25})
     assert offsets == list(range(len(sent)))
 
     seen: list[tuple[int, int]] = []  # (top-level error code, session id) of every response
@@ -200,7 +210,7 @@ def test_kafka_python_consumer_uses_one_session(
     monkeypatch.setattr(kafka_fetcher.FetchSessionHandler, "handle_response", spy)
 
     consumer = KafkaConsumer(
-        bootstrap_servers=broker.bootstrap, group_id=None, enable_auto_commit=False,
+        bootstrap_servers=broker.bootstrap_servers, group_id=None, enable_auto_commit=False,
         fetch_max_wait_ms=100, max_partition_fetch_bytes=4096, request_timeout_ms=15000,
     )
     got = []
