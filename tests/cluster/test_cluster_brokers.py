@@ -111,7 +111,9 @@ def consume_all(bootstrap: str, partitions: list[int], count: int) -> list[tuple
                 continue
             if m.error():
                 raise KafkaException(m.error())
-            got.append((m.key(), m.value()))
+            key, value = m.key(), m.value()
+            assert key is not None and value is not None, m
+            got.append((key, value))
         return got
     finally:
         consumer.close()

@@ -65,8 +65,8 @@ async def test_cleaned_out_segments_go_when_file_delete_delay_passes(parts: Comp
     for i in range(8):
         await settle()
         answer = parts.replica_manager.append_records(
-            [(TP, cleaner_batch([kv(f"k{i % 2}", f"value-{i}" * 8)]))], PRODUCE_VERSION, 1,
-            30_000).result()
+            [(TP, bytes(cleaner_batch([kv(f"k{i % 2}", f"value-{i}" * 8)])))],
+            PRODUCE_VERSION, 1, 30_000).result()
         assert answer[TP].error == ErrorCode.NONE
     log = parts.replica_manager.partitions[TP].log
     assert log.num_segments > 2
