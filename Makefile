@@ -122,15 +122,17 @@ etcd-deps:
 	@bash tests/cluster/install_etcd.sh
 
 # The suite covers the pipeline and the peer benchmark too, so it takes every extra. Most tests
-# wait on brokers and clients rather than compute, so TEST_WORKERS (4) pytest-xdist workers share
-# the cores; a file's tests stay on one worker, which starts its module fixtures (a Spark
-# session, a broker) once.
-TEST_WORKERS ?= 4
+# wait on brokers and clients rather than compute, so TEST_WORKERS (3) pytest-xdist workers share
+# the cores, a file's tests on one worker (which starts its module fixtures once). The Spark
+# tests run after them, alone: two Spark JVMs at once on two cores starve each other's Python
+# workers.
+TEST_WORKERS ?= 3
 test: install-test install-pipeline install-bench system-deps java-deps java-client-deps \
 	node-deps conformance-clients etcd-deps
-	@echo "==> running the test suite on $(TEST_WORKERS) workers"
+	@echo "==> running the test suite on $(TEST_WORKERS) workers, then the Spark tests"
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile \
-	  --durations=25
+	  --durations=25 --ignore=tests/pipeline
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 tests/pipeline
 
 pipeline-demo: install-pipeline java-deps
 	$(BIN)/python -m pipeline.jobs.demo

@@ -91,9 +91,10 @@ def wait_deleted_gone(path: Path, what: str) -> None:
 
 def produce(bootstrap: str, topic: str, records: list[Rec], timeout: float = 60) -> list[int]:
     """confluent-kafka with acks=all, in batches well under a 16 KB segment (a batch larger
-    than segment.bytes is refused, as Kafka's RECORD_LIST_TOO_LARGE)."""
+    than segment.bytes is refused, as Kafka's RECORD_LIST_TOO_LARGE); idempotent, so a request
+    that timed out on a loaded machine and was retried keeps its place and is stored once."""
     return confluent_produce(bootstrap, topic, records, timeout=timeout,
-                             extra={"batch.size": SEGMENT_BYTES // 4})
+                             extra={"batch.size": SEGMENT_BYTES // 4, "enable.idempotence": True})
 
 
 def roll(bootstrap: str, topic: str, timestamp: int, key: bytes = ROLL_KEY) -> int:

@@ -181,7 +181,7 @@ def _kill_during_start(
     wait_until(lambda: b.proc is not old, 10, "the broker process to be spawned", 0.001)
     if after is not None:
         wait_until(lambda: any(after(line) for line in b.new_log_lines())
-                   or b.proc.poll() is not None, 10, "the start-up line to kill after", 0.001)
+                   or b.proc.poll() is not None, 30, "the start-up line to kill after", 0.001)
     time.sleep(delay)
     _kill(b)
     starter.join(15)
