@@ -1,4 +1,4 @@
-"""Spark for the pipeline tests: one local[2] session per module, a real broker per test.
+"""Spark for the pipeline tests: one local[2] session for the run, a real broker per test.
 
 PySpark and Java are requirements of `make test`, not options: when either is missing the
 tests fail and say how to get them, rather than skip and let the pipeline go untested.
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 _HOW = "`make test` installs it (pip: pyspark, pyarrow, pandas; Debian: openjdk-17-jre-headless)"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     try:
         import pyarrow  # noqa: F401  (the Python data source moves rows as Arrow batches)
@@ -32,6 +32,13 @@ def spark() -> Iterator[SparkSession]:
 
     session = local_session("local[2]", "mini-broker-pipeline-tests")
     yield session
-    for q in session.streams.active:
-        q.stop()
     session.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_query_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The session is shared, so a streaming query a test leaves running is stopped here."""
+    yield
+    if "spark" in request.fixturenames:
+        for query in request.getfixturevalue("spark").streams.active:
+            query.stop()
