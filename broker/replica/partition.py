@@ -284,6 +284,7 @@ class Partition:
             moved = self.maybe_increment_high_watermark()
             self.replication = None
             return moved
+        fresh = replication is None  # it leads with followers from now: all start anew
         if replication is None:
             replication = LeaderReplication({}, clock_ms, lag_time_max_ms, self.high_watermark)
             self.replication = replication
@@ -291,11 +292,11 @@ class Partition:
         replication.lag_time_max_ms = lag_time_max_ms
         old = replication.followers
         replication.followers = {r: old.get(r) or ReplicaState(r) for r in followers_ids}
-        if committed.partition_epoch >= self.partition_epoch:
+        if committed.partition_epoch > self.partition_epoch:  # what is in flight is answered
             self.isr = tuple(committed.isr)
             self.partition_epoch = committed.partition_epoch
             replication.pending_isr = None
-        if new_epoch:
+        if new_epoch or fresh:
             for follower in replication.followers.values():
                 follower.reset(now, self.log_end_offset, follower.broker_id in self.isr)
         return self.maybe_increment_high_watermark()
