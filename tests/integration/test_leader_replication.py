@@ -5,6 +5,9 @@ is refused as Kafka refuses an unknown replica, without moving the high watermar
 
 from __future__ import annotations
 
+import uuid
+from pathlib import Path
+
 from confluent_kafka import Producer
 from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
 
@@ -31,7 +34,7 @@ def _replica_fetch(version: int, topic: str, *, replica_id: int, epoch: int) -> 
     return FetchRequest[version](replica_id=replica_id, **common)
 
 
-def test_acks_all_and_replica_fetches_on_a_single_broker(tmp_path) -> None:
+def test_acks_all_and_replica_fetches_on_a_single_broker(tmp_path: Path) -> None:
     with EmbeddedBroker(tmp_path) as broker:
         bootstrap = broker.bootstrap_servers
         topic = unique_topic("acks-all")
@@ -63,7 +66,7 @@ def test_acks_all_and_replica_fetches_on_a_single_broker(tmp_path) -> None:
         assert list_offsets(wire, topic, LATEST)[1] == 20
 
 
-def _topic_id(broker: EmbeddedBroker, topic: str):
+def _topic_id(broker: EmbeddedBroker, topic: str) -> uuid.UUID:
     """The topic id a v13+ Fetch names the topic by (from Metadata v12)."""
     from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 
@@ -72,4 +75,5 @@ def _topic_id(broker: EmbeddedBroker, topic: str):
         topics=[MetadataRequest[12].MetadataRequestTopic(topic_id=None, name=topic)],
         allow_auto_topic_creation=False, include_topic_authorized_operations=False),
         MetadataResponse)
-    return resp.topics[0].topic_id
+    topic_id: uuid.UUID = resp.topics[0].topic_id
+    return topic_id

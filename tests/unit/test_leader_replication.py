@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 
 from broker.replica.delayed_result import Completion
-from broker.replica.replica_manager import FetchResult, PartitionFetch, ReplicaManager
+from broker.replica.replica_manager import (
+    FetchResult,
+    PartitionFetch,
+    ProduceResults,
+    ReplicaManager,
+)
 from broker.replica.replica_state import IsrFenced, LeaderAndIsrState
 from protocol.errors import ErrorCode
 from tests.support.components import Components, build, settle
@@ -63,7 +68,8 @@ def lead(rm: ReplicaManager, replicas: list[int], isr: list[int], *, epoch: int 
     return writer
 
 
-def produce(c: Components, values: list[bytes], *, acks: int = -1, timeout_ms: int = 30_000):
+def produce(c: Components, values: list[bytes], *, acks: int = -1, timeout_ms: int = 30_000
+            ) -> Completion[ProduceResults]:
     return c.replica_manager.append_records([(TP, record_batch(values))], PRODUCE_VERSION, acks,
                                             timeout_ms)
 
