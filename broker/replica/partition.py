@@ -193,7 +193,7 @@ class Partition:
         self.appended_bytes += info.size
         replication = self.replication
         if replication is not None and info.size:
-            replication.ends.append((self.log.log_end_offset, self.appended_bytes))
+            replication.record_end(self.log.log_end_offset, self.appended_bytes)
         if self.hw_gated_by_flush:
             if info.size and self.log.writes_on_writer:
                 if self._unwritten is None:
@@ -335,11 +335,7 @@ class Partition:
                 new_hw = f.log_end_offset
         if new_hw <= self.high_watermark:
             return False
-        ends = replication.ends
-        at_bytes = self.hw_bytes
-        while ends and ends[0][0] <= new_hw:
-            at_bytes = ends.popleft()[1]
-        self._set_high_watermark(new_hw, at_bytes)
+        self._set_high_watermark(new_hw, replication.bytes_at(new_hw, self.hw_bytes))
         return True
 
     def isr_to_expand(self, follower: ReplicaState) -> LeaderAndIsrState | None:

@@ -599,7 +599,10 @@ class ReplicaManager:
     def _on_durable(self, partition: Partition, end_offset: int, seconds: float) -> None:
         """The log dir's writer made ``partition`` durable below ``end_offset``, on the loop."""
         self.flush_time.observe(seconds)
-        if self.partitions.get(partition.key) is partition and partition.on_durable(end_offset):
+        if self.partitions.get(partition.key) is not partition:
+            return
+        if partition.on_durable(end_offset) or partition.replication is not None:
+            # with followers the high watermark may stay while acks=1 waits for this fsync
             self.on_high_watermark(partition)
 
     # -- flush: a group commit, off the event loop --------------------------------------------
@@ -623,9 +626,9 @@ class ReplicaManager:
                                                      partition.log)
                 if elapsed is not None:
                     self.flush_time.observe(elapsed)
-                if partition.hw_gated_by_flush and partition.advance_high_watermark(
+                if partition.hw_gated_by_flush and (partition.advance_high_watermark(
                     end_offset, end_bytes
-                ):
+                ) or partition.replication is not None):
                     self.on_high_watermark(partition)
                 if not partition.flush_again or self.partitions.get(partition.key) is not partition:
                     return

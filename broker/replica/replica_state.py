@@ -105,7 +105,11 @@ class LeaderReplication:
     appends above the high watermark with the byte counts at them (a DelayedFetch's measure)."""
 
     __slots__ = ("followers", "pending_isr", "clock_ms", "lag_time_max_ms", "local_end_offset",
-                 "ends")
+                 "ends", "_dropped")
+
+    #: append ends kept above the high watermark; past it the oldest are folded into one
+    #: (a high watermark held for long, under min ISR, must not grow memory with each append).
+    MAX_ENDS = 65_536
 
     def __init__(self, followers: dict[int, ReplicaState], clock_ms: Callable[[], int],
                  lag_time_max_ms: int, local_end_offset: int) -> None:
@@ -117,3 +121,21 @@ class LeaderReplication:
         #: this replica's own end as the high watermark counts it (durable when gated).
         self.local_end_offset = local_end_offset
         self.ends: deque[tuple[int, int]] = deque()
+        self._dropped = (-1, 0)  # the latest end folded away, and its byte count
+
+    def record_end(self, end_offset: int, appended_bytes: int) -> None:
+        ends = self.ends
+        ends.append((end_offset, appended_bytes))
+        if len(ends) > self.MAX_ENDS:
+            self._dropped = ends.popleft()
+
+    def bytes_at(self, high_watermark: int, floor: int) -> int:
+        """The bytes appended up to the last append end at or below ``high_watermark`` (at
+        least ``floor``), forgetting the ends it passed."""
+        at_bytes = floor
+        if self._dropped[0] <= high_watermark:
+            at_bytes = max(at_bytes, self._dropped[1])
+        ends = self.ends
+        while ends and ends[0][0] <= high_watermark:
+            at_bytes = ends.popleft()[1]
+        return at_bytes

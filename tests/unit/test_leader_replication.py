@@ -4,6 +4,7 @@ changes the leader proposes (an ``IsrWriter`` that records them)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -303,3 +304,38 @@ async def test_parked_requests_answer_not_leader_when_leadership_moves(
     assert fetched(follower).error == ErrorCode.NOT_LEADER_OR_FOLLOWER
     again = produce(parts, [b"b"])
     assert again.result()[TP].error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+# -- flush.messages=1 with followers ---------------------------------------------------------------
+
+async def test_acks_1_waits_for_the_leaders_fsync_not_for_the_followers(
+        parts: Components) -> None:
+    parts.topics.create_topic(TOPIC, 1, {"flush.messages": "1"})
+    lead(parts.replica_manager, [0, 1], [0, 1])
+    partition = parts.replica_manager.partitions[TP]
+    answer = produce(parts, [b"a", b"b"], acks=1)
+    result = await asyncio.wait_for(asyncio.shield(asyncio.ensure_future(answer)), 10)
+    assert result[TP].error == ErrorCode.NONE
+    assert partition.log.recovery_point >= 2, "answered before this replica's fsync"
+    assert partition.high_watermark == 0, "the follower has fetched nothing"
+    fetched(replica_fetch(parts, 1, 2))
+    assert partition.high_watermark == 2
+
+
+async def test_append_ends_held_above_the_high_watermark_are_bounded(
+        parts: Components, monkeypatch: pytest.MonkeyPatch) -> None:
+    from broker.replica.replica_state import LeaderReplication
+
+    monkeypatch.setattr(LeaderReplication, "MAX_ENDS", 4)
+    parts.topics.create_topic(TOPIC, 1, {})
+    lead(parts.replica_manager, [0, 1], [0, 1])
+    partition = parts.replica_manager.partitions[TP]
+    for i in range(10):
+        produce(parts, [f"v{i}".encode()], acks=1)
+    replication = partition.replication
+    assert replication is not None and len(replication.ends) == 4
+    fetched(replica_fetch(parts, 1, 7))
+    assert partition.high_watermark == 7
+    assert partition.hw_bytes > 0, "the bytes at the high watermark were lost with the ends"
+    fetched(replica_fetch(parts, 1, 10))
+    assert (partition.high_watermark, partition.hw_bytes) == (10, partition.appended_bytes)
