@@ -330,8 +330,8 @@ class Partition:
         lag = replication.lag_time_max_ms
         maximal = self.maximal_isr
         for f in replication.followers.values():
-            if f.log_end_offset < new_hw and (
-                    f.broker_id in maximal or f.is_caught_up(leader_end, now, lag)):
+            if f.log_end_offset < new_hw and (f.broker_id in maximal or (
+                    f.is_caught_up(leader_end, now, lag) and replication.eligible(f))):
                 new_hw = f.log_end_offset
         if new_hw <= self.high_watermark:
             return False
@@ -345,7 +345,8 @@ class Partition:
         if (replication is None or replication.pending_isr is not None
                 or follower.broker_id in self.isr
                 or follower.log_end_offset < self.high_watermark
-                or follower.log_end_offset < self.leader_epoch_start_offset):
+                or follower.log_end_offset < self.leader_epoch_start_offset
+                or not replication.eligible(follower)):
             return None
         return self._propose(replication, self.isr + (follower.broker_id,))
 

@@ -467,6 +467,7 @@ class ReplicaManager:
                 self.broker_id, replicas, committed, new_epoch, self.clock.wall_ms,
                 self.replica_lag_time_max_ms)
             if partition.replication is not None:
+                partition.replication.broker_epoch_of = self.broker_epoch_of
                 self._start_isr_check()
             if hw_moved or not new_epoch:  # an ISR change may settle a parked produce too
                 self.on_high_watermark(partition)

@@ -105,7 +105,7 @@ class LeaderReplication:
     appends above the high watermark with the byte counts at them (a DelayedFetch's measure)."""
 
     __slots__ = ("followers", "pending_isr", "clock_ms", "lag_time_max_ms", "local_end_offset",
-                 "ends", "_dropped")
+                 "ends", "_dropped", "broker_epoch_of")
 
     #: append ends kept above the high watermark; past it the oldest are folded into one
     #: (a high watermark held for long, under min ISR, must not grow memory with each append).
@@ -122,6 +122,18 @@ class LeaderReplication:
         self.local_end_offset = local_end_offset
         self.ends: deque[tuple[int, int]] = deque()
         self._dropped = (-1, 0)  # the latest end folded away, and its byte count
+        #: each live broker's epoch (None: not alive); None: every follower is eligible.
+        self.broker_epoch_of: Callable[[int], int | None] | None = None
+
+    def eligible(self, follower: ReplicaState) -> bool:
+        """Kafka's isReplicaIsrEligible: the follower's broker is alive, and its fetches
+        carried its current broker epoch (or -1, unchecked)."""
+        epoch_of = self.broker_epoch_of
+        if epoch_of is None:
+            return True
+        current = epoch_of(follower.broker_id)
+        return current is not None and follower.broker_epoch is not None and (
+            follower.broker_epoch == -1 or follower.broker_epoch == current)
 
     def record_end(self, end_offset: int, appended_bytes: int) -> None:
         ends = self.ends

@@ -339,3 +339,19 @@ async def test_append_ends_held_above_the_high_watermark_are_bounded(
     assert partition.hw_bytes > 0, "the bytes at the high watermark were lost with the ends"
     fetched(replica_fetch(parts, 1, 10))
     assert (partition.high_watermark, partition.hw_bytes) == (10, partition.appended_bytes)
+
+
+async def test_only_a_live_broker_on_its_current_epoch_joins_the_isr(
+        parts: Components) -> None:
+    parts.topics.create_topic(TOPIC, 1, {})
+    rm = parts.replica_manager
+    epochs: dict[int, int] = {1: 40}
+    rm.broker_epoch_of = epochs.get
+    writer = lead(rm, [0, 1, 2], [0])
+    fetched(replica_fetch(parts, 2, 0, broker_epoch=7))
+    assert writer.proposals == [], "a broker the cluster does not have as alive joined"
+    epochs[1] = 41
+    fetched(replica_fetch(parts, 1, 0, broker_epoch=40))
+    assert writer.proposals == [], "stale fetch admitted"
+    fetched(replica_fetch(parts, 1, 0, broker_epoch=41))
+    assert [p.isr for _, p, _ in writer.proposals] == [(0, 1)]
