@@ -52,6 +52,7 @@ class ErrorCode(IntEnum):
     INVALID_FETCH_SESSION_EPOCH = 71
     UNKNOWN_LEADER_EPOCH = 75
     FENCED_LEADER_EPOCH = 74
+    INVALID_UPDATE_VERSION = 95  # an ISR change made against an old partition epoch
     OFFSET_NOT_AVAILABLE = 78
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69

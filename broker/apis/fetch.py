@@ -14,6 +14,9 @@ UNKNOWN_LEADER_EPOCH, checked by the ReplicaManager on every read, a parked fetc
 Kafka's Partition.fetchRecords and DelayedFetch check it. In cluster mode a partition of the
 cluster this broker does not lead answers NOT_LEADER_OR_FOLLOWER (the v12+ CurrentLeader and
 v16 NodeEndpoints tagged fields are not encoded yet); topic ids are the cluster's.
+A fetch from a replica (ReplicaId, or v15+ ReplicaState, >= 0) needs CLUSTER_ACTION on the
+cluster instead of READ on its topics and is served by the ReplicaManager as a follower's
+(docs/replication.md).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from broker.apis.authorize import filter_allowed
+from broker.apis.authorize import cluster_allowed, filter_allowed
 from broker.cluster.broker_node import topic_id_text
 from broker.replica.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, CachedPartition, FetchSession
 from broker.replica.replica_manager import FetchResult, PartitionFetch
@@ -49,7 +52,11 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     incremental = session is not None and req.session_epoch > INITIAL_EPOCH
     session_id = session.session_id if session is not None else 0
     refused: dict[int, ErrorCode] = {}
-    if ctx.authorizer.enabled:
+    replica_id, replica_epoch = _replica(req, version)
+    if replica_id >= 0 and ctx.authorizer.enabled:  # Kafka: a follower needs CLUSTER_ACTION
+        if not cluster_allowed(ctx, request, AclOperation.CLUSTER_ACTION):
+            refused = {i: ErrorCode.TOPIC_AUTHORIZATION_FAILED for i in range(len(wanted))}
+    elif ctx.authorizer.enabled:
         readable = filter_allowed(ctx, request, AclOperation.READ, ResourceType.TOPIC,
                                   (w.topic for w in wanted))
         refused = {i: ErrorCode.TOPIC_AUTHORIZATION_FAILED for i, w in enumerate(wanted)
@@ -60,14 +67,17 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
         refused.update(_not_led(ctx, wanted, refused))
     skip = refused
     fetches = [PartitionFetch((w.topic, w.index) if w.topic is not None else None,
-                              w.fetch_offset, w.max_bytes, w.current_leader_epoch)
+                              w.fetch_offset, w.max_bytes, w.current_leader_epoch,
+                              w.fetcher_log_start_offset)
                for i, w in enumerate(wanted) if i not in skip]
     # Sized to what the connection may still hold: a client that does not read its responses
     # gets empty ones (as a quota-throttled fetch does) instead of the broker's memory.
     allowance = request.connection.response_allowance
     results = ctx.replica_manager.fetch_messages(fetches, req.max_bytes, req.min_bytes,
                                                  req.max_wait_ms, limit=allowance,
-                                                 isolation_level=req.isolation_level)
+                                                 isolation_level=req.isolation_level,
+                                                 replica_id=replica_id,
+                                                 replica_epoch=replica_epoch)
     # What the answer needs waits with a parked fetch in one partial: no closure (a function
     # and a cell per name), no empty dict of refusals, nothing of the decoded request.
     return results.then(partial(_respond, wanted, refused or None, version, session_id,
@@ -108,6 +118,7 @@ def _session_context(
         else:
             old.fetch_offset, old.max_bytes = cached.fetch_offset, cached.max_bytes
             old.current_leader_epoch = cached.current_leader_epoch
+            old.fetcher_log_start_offset = cached.fetcher_log_start_offset
     for forgotten in req.forgotten_topics_data:
         topic = forgotten.topic_id if version >= 13 else forgotten.topic
         for index in forgotten.partitions:
@@ -131,8 +142,20 @@ def _requested(ctx: ApiContext, req: Any, version: int) -> dict[Any, CachedParti
             out[(key, p.partition)] = CachedPartition(
                 name, getattr(topic, "topic_id", None), p.partition, p.fetch_offset,
                 p.partition_max_bytes, current_leader_epoch=p.current_leader_epoch,
+                fetcher_log_start_offset=getattr(p, "log_start_offset", -1),
             )
     return out
+
+
+def _replica(req: Any, version: int) -> tuple[int, int]:
+    """(replica id, broker epoch) of the fetcher: ReplicaId up to v14, ReplicaState from
+    v15 (KIP-903); -1 for a consumer."""
+    if version >= 15:
+        state = getattr(req, "replica_state", None)
+        if state is None:
+            return -1, -1
+        return state.replica_id, state.replica_epoch
+    return getattr(req, "replica_id", -1), -1
 
 
 def _zstd_refused(ctx: ApiContext, wanted: list[CachedPartition], refused: dict[int, ErrorCode]

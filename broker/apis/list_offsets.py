@@ -93,8 +93,12 @@ _NOT_FOUND = (-1, -1, -1)
 def _lookup(partition: Partition, timestamp: int, read_committed: bool, consumer: bool
             ) -> tuple[int, int, int] | None:
     """``(offset, timestamp, leader epoch)``; None when, for a consumer, the high watermark
-    lags the start of the leader's epoch and there is nothing to answer."""
-    end = partition.last_stable_offset if read_committed else partition.high_watermark
+    lags the start of the leader's epoch and there is nothing to answer. A replica (replica
+    id >= 0) is not bound by the high watermark: its LATEST is the log end, as Kafka's."""
+    if not consumer:
+        end = partition.log_end_offset
+    else:
+        end = partition.last_stable_offset if read_committed else partition.high_watermark
     lagging = consumer and partition.leader_epoch_start_offset > partition.high_watermark
     log = partition.log
     if timestamp == LATEST:

@@ -9,7 +9,10 @@ it, so nothing here runs, nor is etcd's client imported, in single-node mode.
 ``ClusterReplicas`` is the watcher's ``ReplicaListener``: each transition is queued and done
 in order on one task (reading a topic's configs from the store may wait), so a partition's
 become-leader, become-follower and deletion are applied in the order the watcher saw them.
-Replication is not built: a follower's partition is simply not served (its log stays).
+A partition led here gets its replicas, ISR and partition epoch with every become-leader,
+and its ISR changes go to the store through ``StoreIsrWriter`` (docs/replication.md); the
+follower side of replication is not built: a follower's partition is not served (its log
+stays) and answers NOT_LEADER_OR_FOLLOWER.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any, TypeVar
 import structlog
 
 from broker.cluster.controller import ControllerMoved
+from broker.cluster.isr_writer import StoreIsrWriter
 from broker.cluster.liveness import BrokerLivenessView
 from broker.cluster.membership import ClusterMembership, open_etcd_store
 from broker.cluster.metadata_cache import ClusterMetadataCache, TopicMetadata
@@ -122,6 +126,10 @@ class ClusterNode:
         """Once the listeners are bound: follow the live brokers, register (NodeIdInUse is a
         StartupError line), then follow the partition states."""
         self.replicas = replicas
+        rm = replicas.replica_manager
+        rm.broker_id = info.node_id
+        rm.isr_writer = StoreIsrWriter(self.store, info.node_id)
+        rm.broker_epoch_of = self.view.epoch_of
         replicas.start()
         try:
             await self.view.start()
@@ -200,9 +208,11 @@ class ClusterReplicas:
     and of the registration (a ``RegistrationListener``: on its loss stop leading at once)."""
 
     def __init__(self, store: MetadataStore, replica_manager: ReplicaManager,
-                 log_manager: LogManager, log_config: Callable[[dict[str, str]], LogConfig]
-                 ) -> None:
+                 log_manager: LogManager, log_config: Callable[[dict[str, str]], LogConfig],
+                 min_insync_replicas: int = 1) -> None:
         self.store = store
+        #: the broker's min.insync.replicas, for topics that do not set theirs.
+        self.min_insync_replicas = min_insync_replicas
         self.replica_manager = replica_manager
         self.log_manager = log_manager
         self.log_config = log_config
@@ -255,7 +265,7 @@ class ClusterReplicas:
     def broker_lost(self, epoch: int, reason: str) -> None:
         """Another broker may lead these partitions soon: stop serving them now."""
         for tp in list(self.led):
-            self._unserve(tp)
+            self._unserve(tp, not_leader=True)
         logger.warning("stopped leading: registration lost", broker_epoch=epoch, reason=reason)
 
     # -- the transitions -----------------------------------------------------------------------
@@ -283,14 +293,16 @@ class ClusterReplicas:
             logger.warning("stale leader epoch ignored", topic=p.topic, partition=p.partition,
                            leader_epoch=p.leader_epoch, current=partition.leader_epoch)
             return
-        rm.make_leader(tp, p.leader_epoch)
+        partition.min_insync_replicas = _min_insync_replicas(configs, self.min_insync_replicas)
+        rm.make_leader(tp, p.leader_epoch, replicas=p.replicas, isr=p.isr,
+                       partition_epoch=p.partition_epoch)
         self.led[tp] = p.leader_epoch
         logger.info("leading partition", topic=p.topic, partition=p.partition,
                     leader_epoch=p.leader_epoch)
 
     async def _follow(self, p: LeaderAndIsr) -> None:
         tp = (p.topic, p.partition)
-        if self._unserve(tp):
+        if self._unserve(tp, not_leader=True):
             logger.info("stopped leading partition", topic=p.topic, partition=p.partition,
                         leader=p.leader, leader_epoch=p.leader_epoch)
 
@@ -301,10 +313,11 @@ class ClusterReplicas:
         self._configs.pop(topic_id, None)
         logger.info("partition deleted", topic=topic, partition=partition)
 
-    def _unserve(self, tp: TopicPartition) -> bool:
-        """Not served any more (parked requests on it answered now); its log stays."""
+    def _unserve(self, tp: TopicPartition, not_leader: bool = False) -> bool:
+        """Not served any more (parked requests on it answered now, NOT_LEADER_OR_FOLLOWER
+        when another broker leads it); its log stays."""
         self.led.pop(tp, None)
-        return self.replica_manager.remove_partition(tp) is not None
+        return self.replica_manager.remove_partition(tp, not_leader=not_leader) is not None
 
     async def _topic_configs(self, topic: str, topic_id: str, attempts: int = 5
                              ) -> dict[str, str]:
@@ -327,6 +340,14 @@ class ClusterReplicas:
                 await asyncio.sleep(0.2 * (attempt + 1))
         logger.warning("topic configs not reachable: broker defaults used", topic=topic)
         return {}
+
+
+def _min_insync_replicas(configs: dict[str, str], default: int) -> int:
+    """The topic's min.insync.replicas (validated when it was set), else the broker's."""
+    try:
+        return max(int(configs.get("min.insync.replicas", default)), 1)
+    except ValueError:
+        return default
 
 
 def not_controller(what: str = "This broker is not the controller.") -> tuple[ErrorCode, str]:

@@ -9,6 +9,9 @@ A read_committed fetch may read only below the last stable offset, which byte co
 track: once the LSO passes its fetch offset, what it could read is measured by a read of at
 most min_bytes (Kafka compares log positions at the LSO instead). A marker moving the LSO moves
 the high watermark too, so these fetches are checked on the same event.
+
+A follower's fetch (``replica_id`` >= 0) reads up to the log end: it measures the bytes
+appended since it parked, and appends to a partition with followers check it.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ class DelayedFetch(DelayedResult[list["FetchResult"]]):
     # Slotted, holding only what the check and the read need and no closure: thousands of
     # long polls may be parked at once, each paying for every byte here.
     __slots__ = ("replica_manager", "fetches", "hw_bytes", "accumulated", "min_bytes",
-                 "max_bytes", "limit", "read_committed")
+                 "max_bytes", "limit", "read_committed", "replica_id", "replica_epoch")
 
     def __init__(
         self,
@@ -42,6 +45,8 @@ class DelayedFetch(DelayedResult[list["FetchResult"]]):
         limit: Callable[[], int] | None,
         *,
         read_committed: bool = False,
+        replica_id: int = -1,
+        replica_epoch: int = -1,
     ) -> None:
         super().__init__(delay_ms)
         self.replica_manager = replica_manager  # its partitions are checked, its logs read
@@ -52,11 +57,14 @@ class DelayedFetch(DelayedResult[list["FetchResult"]]):
         self.max_bytes = max_bytes
         self.limit = limit  # what the connection may take when the read happens
         self.read_committed = read_committed
+        self.replica_id = replica_id
+        self.replica_epoch = replica_epoch
 
     def try_complete(self) -> bool:
         committed = self.read_committed
         total = 0 if committed else self.accumulated
         partitions = self.replica_manager.partitions
+        follower = self.replica_id >= 0
         for f, hw_bytes in zip(self.fetches, self.hw_bytes, strict=True):
             p = partitions.get(f.tp)  # type: ignore[arg-type]
             offset = f.fetch_offset
@@ -69,6 +77,8 @@ class DelayedFetch(DelayedResult[list["FetchResult"]]):
                     total += self._stable_bytes(p, offset)
                 except KafkaError:  # the dir failed under the read: answer now
                     return self.force_complete()
+            elif follower:
+                total += p.appended_bytes - hw_bytes
             else:
                 total += p.hw_bytes - hw_bytes
         if total >= self.min_bytes:
@@ -86,4 +96,6 @@ class DelayedFetch(DelayedResult[list["FetchResult"]]):
         limit = self.limit
         max_bytes = self.max_bytes if limit is None else min(self.max_bytes, limit())
         return self.replica_manager.read_from_log(self.fetches, max_bytes, min_one=max_bytes > 0,
-                                                  read_committed=self.read_committed)
+                                                  read_committed=self.read_committed,
+                                                  replica_id=self.replica_id,
+                                                  replica_epoch=self.replica_epoch)

@@ -33,6 +33,8 @@ class CachedPartition:
     #: the client's current leader epoch (Fetch v9+), -1: not checked; an incremental fetch
     #: keeps the last one sent, as Kafka's CachedPartition does.
     current_leader_epoch: int = -1
+    #: a follower's log start offset (Fetch v5+), -1 from a consumer (fetcherLogStartOffset).
+    fetcher_log_start_offset: int = -1
 
 
 @dataclass(slots=True)

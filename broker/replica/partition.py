@@ -1,10 +1,14 @@
 """Replica state of one partition on this broker: its log, high watermark and leader epoch.
 
-The high watermark is the offset up to which data counts as committed. With one replica that is
-the offset made durable as the flush policy defines it: every append once written when the
-policy does not fsync per message, and the last fsynced offset when it does
-(log.flush.interval.messages=1).
-Replication will move it later; nothing else here assumes a single replica.
+The high watermark is the offset up to which data counts as committed. This replica's own
+part in it is the offset made durable as the flush policy defines it: every append once
+written when the policy does not fsync per message, and the last fsynced offset when it does
+(log.flush.interval.messages=1). With no followers (a single broker, replication factor 1)
+that is the high watermark. A partition led with followers (``replication``, Kafka's
+Partition as leader, docs/replication.md) takes the least log end offset of the maximal ISR
+and of the followers caught up enough to join it, and does not move it while the ISR is
+smaller than min.insync.replicas (at most the replication factor), as Kafka's
+maybeIncrementLeaderHW.
 
 A partition whose log dir failed is offline (Kafka's HostedPartition.Offline): it stays known
 to the broker, so requests for it are answered KAFKA_STORAGE_ERROR rather than as unknown, and
@@ -19,8 +23,10 @@ the epoch are checked against it (``check_leader_epoch``, Kafka's checkCurrentLe
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Sequence
 
 from broker.log.log import AppendInfo, AppendOrigin, Log, OffsetOutOfRangeError
+from broker.replica.replica_state import LeaderAndIsrState, LeaderReplication, ReplicaState
 from protocol.errors import ErrorCode, KafkaError
 
 #: a request's current leader epoch meaning "do not check" (Kafka's NO_PARTITION_LEADER_EPOCH).
@@ -34,7 +40,8 @@ class Partition:
     __slots__ = (
         "topic", "index", "key", "log", "high_watermark", "leader_epoch", "hw_gated_by_flush",
         "appended_bytes", "hw_bytes", "flush_pending", "flush_again", "_unwritten",
-        "leader_epoch_start_offset",
+        "leader_epoch_start_offset", "replication", "broker_id", "isr", "partition_epoch",
+        "min_insync_replicas",
     )
 
     #: bumped whenever any partition's leader epoch changes: answers that hold leader epochs
@@ -68,6 +75,13 @@ class Partition:
         # (end offset, appended bytes) of each append still queued for the log dir's writer;
         # made on the first such append (an empty deque is 600 bytes, times every partition).
         self._unwritten: deque[tuple[int, int]] | None = None
+        #: followers and ISR in flight; None while this replica has no followers.
+        self.replication: LeaderReplication | None = None
+        self.broker_id = -1  # this broker's id in the cluster; -1 on a single broker
+        #: the committed ISR (this replica alone until the cluster says otherwise).
+        self.isr: tuple[int, ...] = (self.broker_id,)
+        self.partition_epoch = -1
+        self.min_insync_replicas = 1  # min.insync.replicas of the topic
 
     @property
     def log_end_offset(self) -> int:
@@ -177,6 +191,9 @@ class Partition:
 
     def _appended(self, info: AppendInfo) -> tuple[AppendInfo, bool]:
         self.appended_bytes += info.size
+        replication = self.replication
+        if replication is not None and info.size:
+            replication.record_end(self.log.log_end_offset, self.appended_bytes)
         if self.hw_gated_by_flush:
             if info.size and self.log.writes_on_writer:
                 if self._unwritten is None:
@@ -199,9 +216,193 @@ class Partition:
         return self.advance_high_watermark(end_offset, at_bytes)
 
     def advance_high_watermark(self, offset: int, at_bytes: int) -> bool:
+        """This replica's own end (durable, when gated by the flush) reached ``offset``,
+        ``at_bytes`` appended by then: the high watermark follows, at once without
+        followers. Whether it moved."""
+        replication = self.replication
+        if replication is not None:
+            if offset > replication.local_end_offset:
+                replication.local_end_offset = offset
+            return self.maybe_increment_high_watermark()
         if offset <= self.high_watermark:
             return False
+        self._set_high_watermark(offset, at_bytes)
+        return True
+
+    def _set_high_watermark(self, offset: int, at_bytes: int) -> None:
         self.high_watermark = offset
         self.hw_bytes = at_bytes
         self.log.on_high_watermark_updated(offset)
+
+    @property
+    def local_end_offset(self) -> int:
+        """This replica's own end as the high watermark counts it (what acks=1 waits for
+        when the flush gates it): the high watermark itself without followers."""
+        replication = self.replication
+        return self.high_watermark if replication is None else replication.local_end_offset
+
+    # -- the leader's replication (Kafka's Partition as leader) ------------------------------
+
+    @property
+    def maximal_isr(self) -> tuple[int, ...]:
+        """The committed ISR, plus a replica whose addition is in flight (KIP-497): the set
+        the high watermark and acks=all wait for. A shrink in flight removes no one yet."""
+        replication = self.replication
+        pending = replication.pending_isr if replication is not None else None
+        if pending is None:
+            return self.isr
+        return self.isr + tuple(r for r in pending if r not in self.isr)
+
+    @property
+    def effective_min_isr(self) -> int:
+        """Kafka's effectiveMinIsr: min.insync.replicas, at most the replication factor."""
+        replication = self.replication
+        replicas = 1 if replication is None else 1 + len(replication.followers)
+        return min(self.min_insync_replicas, replicas)
+
+    @property
+    def under_min_isr(self) -> bool:
+        return len(self.isr) < self.effective_min_isr
+
+    def update_assignment_and_isr(self, broker_id: int, replicas: Sequence[int],
+                                  committed: LeaderAndIsrState, new_epoch: bool,
+                                  clock_ms: Callable[[], int], lag_time_max_ms: int) -> bool:
+        """The cluster's assignment and ISR for this partition led here (Kafka's
+        updateAssignmentAndIsr with makeLeader's follower reset): followers are kept, added
+        or dropped to match ``replicas``; a state older than the one applied changes no ISR.
+        Whether the high watermark moved (a smaller ISR may let it)."""
+        self.broker_id = broker_id
+        now = clock_ms()
+        replication = self.replication
+        followers_ids = [r for r in replicas if r != broker_id]
+        if not followers_ids:  # no followers (left): the high watermark is this replica's end
+            self.isr = (broker_id,)
+            self.partition_epoch = max(self.partition_epoch, committed.partition_epoch)
+            if replication is None:
+                return False
+            replication.followers, replication.pending_isr = {}, None
+            moved = self.maybe_increment_high_watermark()
+            self.replication = None
+            return moved
+        fresh = replication is None  # it leads with followers from now: all start anew
+        if replication is None:
+            replication = LeaderReplication({}, clock_ms, lag_time_max_ms, self.high_watermark)
+            self.replication = replication
+        replication.clock_ms = clock_ms
+        replication.lag_time_max_ms = lag_time_max_ms
+        old = replication.followers
+        replication.followers = {r: old.get(r) or ReplicaState(r) for r in followers_ids}
+        if committed.partition_epoch > self.partition_epoch:  # what is in flight is answered
+            self.isr = tuple(committed.isr)
+            self.partition_epoch = committed.partition_epoch
+            replication.pending_isr = None
+        if new_epoch or fresh:
+            for follower in replication.followers.values():
+                follower.reset(now, self.log_end_offset, follower.broker_id in self.isr)
+        return self.maybe_increment_high_watermark()
+
+    def follower(self, replica_id: int) -> ReplicaState | None:
+        replication = self.replication
+        return None if replication is None else replication.followers.get(replica_id)
+
+    def update_follower_fetch_state(self, follower: ReplicaState, fetch_offset: int,
+                                    log_start_offset: int, leader_end_offset: int,
+                                    broker_epoch: int) -> bool:
+        """A replica fetch from ``follower`` at ``fetch_offset`` (Kafka's
+        updateFollowerFetchState): its state, then the high watermark. Whether it moved."""
+        replication = self.replication
+        assert replication is not None
+        before = follower.log_end_offset
+        follower.update_fetch_state(fetch_offset, log_start_offset, replication.clock_ms(),
+                                    leader_end_offset, broker_epoch)
+        return follower.log_end_offset != before and self.maybe_increment_high_watermark()
+
+    def maybe_increment_high_watermark(self) -> bool:
+        """Kafka's maybeIncrementLeaderHW: the least log end of this replica, the maximal ISR
+        and the followers caught up enough to join it; never while under min ISR."""
+        replication = self.replication
+        assert replication is not None
+        if self.under_min_isr:
+            return False
+        new_hw = replication.local_end_offset
+        leader_end = self.log_end_offset
+        now = replication.clock_ms()
+        lag = replication.lag_time_max_ms
+        maximal = self.maximal_isr
+        for f in replication.followers.values():
+            if f.log_end_offset < new_hw and (f.broker_id in maximal or (
+                    f.is_caught_up(leader_end, now, lag) and replication.eligible(f))):
+                new_hw = f.log_end_offset
+        if new_hw <= self.high_watermark:
+            return False
+        self._set_high_watermark(new_hw, replication.bytes_at(new_hw, self.hw_bytes))
         return True
+
+    def isr_to_expand(self, follower: ReplicaState) -> LeaderAndIsrState | None:
+        """Kafka's maybeExpandIsr: a follower outside the ISR that reached the high watermark
+        and the start of this leader epoch joins it; the proposal, now in flight."""
+        replication = self.replication
+        if (replication is None or replication.pending_isr is not None
+                or follower.broker_id in self.isr
+                or follower.log_end_offset < self.high_watermark
+                or follower.log_end_offset < self.leader_epoch_start_offset
+                or not replication.eligible(follower)):
+            return None
+        return self._propose(replication, self.isr + (follower.broker_id,))
+
+    def out_of_sync_replicas(self) -> list[int]:
+        """Kafka's getOutOfSyncReplicas: ISR followers not caught up within
+        replica.lag.time.max.ms; none while an ISR change is in flight."""
+        replication = self.replication
+        if replication is None or replication.pending_isr is not None:
+            return []
+        now = replication.clock_ms()
+        leader_end = self.log_end_offset
+        out: list[int] = []
+        for r in self.isr:
+            if r == self.broker_id:
+                continue
+            f = replication.followers.get(r)
+            if f is None or not f.is_caught_up(leader_end, now, replication.lag_time_max_ms):
+                out.append(r)
+        return out
+
+    def isr_to_shrink(self) -> LeaderAndIsrState | None:
+        """Kafka's maybeShrinkIsr: the ISR without its out-of-sync followers, proposed (in
+        flight) but not applied: the high watermark still waits for them until committed."""
+        out = self.out_of_sync_replicas()
+        if not out or self.replication is None:
+            return None
+        return self._propose(self.replication, tuple(r for r in self.isr if r not in out))
+
+    def _propose(self, replication: LeaderReplication, isr: tuple[int, ...]
+                 ) -> LeaderAndIsrState:
+        replication.pending_isr = isr
+        return LeaderAndIsrState(self.leader_epoch, isr, self.partition_epoch)
+
+    def isr_committed(self, state: LeaderAndIsrState) -> bool:
+        """The cluster committed ``state`` (this leader's proposal): it is the ISR now.
+        Whether the high watermark moved."""
+        replication = self.replication
+        if replication is None or state.leader_epoch != self.leader_epoch:
+            return False
+        replication.pending_isr = None
+        if state.partition_epoch > self.partition_epoch:
+            self.isr = tuple(state.isr)
+            self.partition_epoch = state.partition_epoch
+        return self.maybe_increment_high_watermark()
+
+    def isr_refused(self) -> None:
+        """The proposal failed for a reason other than a fence: dropped, may be made again."""
+        if self.replication is not None:
+            self.replication.pending_isr = None
+
+    def check_enough_replicas_reach_offset(self, required_offset: int) -> tuple[bool, ErrorCode]:
+        """Kafka's checkEnoughReplicasReachOffset for an acks=all produce: done once the high
+        watermark reached ``required_offset``, NOT_ENOUGH_REPLICAS_AFTER_APPEND when by then
+        the maximal ISR is smaller than the min ISR."""
+        if self.high_watermark < required_offset:
+            return False, ErrorCode.NONE
+        if len(self.maximal_isr) < self.effective_min_isr:
+            return True, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        return True, ErrorCode.NONE

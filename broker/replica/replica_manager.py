@@ -12,6 +12,12 @@ A disk fault takes a log dir offline (broker/log/dir_failure.py); as Kafka's
 handleLogDirFailure, the partitions of that dir then answer KAFKA_STORAGE_ERROR to Produce and
 Fetch, what is parked on them is answered at once, and the partitions of the other dirs go on
 as before. Offline partitions stay in ``partitions`` (Kafka's HostedPartition.Offline).
+
+The leader's side of replication (docs/replication.md): a Fetch from a replica (replica id
+>= 0) reads up to the log end, moves that follower's state, and so the high watermark and the
+ISR; the ISR is changed only through the cluster's ``IsrWriter``, checked for lagging
+followers every half replica.lag.time.max.ms on the timer. With no followers (a single
+broker) none of it runs and a replica fetch is refused as from an unknown replica.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from broker.replica.delayed_fetch import DelayedFetch
 from broker.replica.delayed_produce import DelayedProduce
 from broker.replica.delayed_result import Completion, completed
 from broker.replica.partition import Partition
+from broker.replica.replica_state import IsrFenced, IsrWriter, LeaderAndIsrState, ReplicaState
 from protocol.errors import ErrorCode, KafkaError
 from protocol.record_batch import (
     RECORD_BATCH_OVERHEAD,
@@ -92,6 +99,8 @@ class PartitionFetch:
     max_bytes: int
     #: the client's current leader epoch (Fetch v9+), -1: not checked.
     current_leader_epoch: int = -1
+    #: a follower's log start offset (Fetch v5+), -1 from a consumer.
+    log_start_offset: int = -1
 
 
 @dataclass(slots=True)
@@ -124,6 +133,17 @@ class ReplicaManager:
         self.opened_at: dict[TopicPartition, int] = {}
         self.verify_transaction: TransactionVerifier | None = None
         self.markers_written = 0
+        # Replication, set by the cluster layer: this broker's id, the seam that commits ISR
+        # changes, each live broker's epoch (None: not alive), replica.lag.time.max.ms.
+        self.broker_id = -1
+        self.isr_writer: IsrWriter | None = None
+        self.broker_epoch_of: Callable[[int], int | None] | None = None
+        self.replica_lag_time_max_ms = 30_000
+        self.isr_changes_failed = 0
+        #: partitions of the cluster hosted here but led elsewhere (Kafka's
+        #: NOT_LEADER_OR_FOLLOWER rather than UNKNOWN_TOPIC_OR_PARTITION).
+        self.not_led: set[TopicPartition] = set()
+        self._isr_check: _IsrExpiration | None = None
 
     # -- produce ----------------------------------------------------------------------------
     def append_records(
@@ -148,7 +168,7 @@ class ReplicaManager:
         for tp, records in entries:
             refusal = refused.get(tp)
             results[tp] = refusal if refusal is not None else self._append_one(
-                tp, records, ts, api_version, origin)
+                tp, records, ts, api_version, origin, acks)
         if acks == 0:
             return completed(results)
         return self._await_high_watermark(results, acks, timeout_ms)
@@ -160,7 +180,7 @@ class ReplicaManager:
             (p := partitions.get(tp)) is not None and p.hw_gated_by_flush for tp in results)
         if not waits:
             return completed(results)  # acks=1: each batch was written where it was appended
-        op = DelayedProduce(timeout_ms, partitions, results)
+        op = DelayedProduce(timeout_ms, partitions, results, acks)
         self.produce_purgatory.try_complete_else_watch(op, list(results))
         return op.future
 
@@ -235,7 +255,9 @@ class ReplicaManager:
                        coordinator_epoch: int, commit: bool, ts: int) -> ProduceResult:
         partition = self.partitions.get(tp)
         if partition is None:
-            return ProduceResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            return ProduceResult(self._absent_error(tp))
+        if partition.under_min_isr:
+            return _not_enough_replicas(partition)
         try:
             info, hw_moved = partition.append_end_txn_marker(
                 producer_id, producer_epoch, coordinator_epoch, commit, ts)
@@ -253,13 +275,15 @@ class ReplicaManager:
 
     def _append_one(
         self, tp: TopicPartition, records: bytes | None, ts: int, api_version: int,
-        origin: AppendOrigin = AppendOrigin.CLIENT,
+        origin: AppendOrigin = AppendOrigin.CLIENT, acks: int = 1,
     ) -> ProduceResult:
         partition = self.partitions.get(tp)
         if partition is None:
-            return ProduceResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            return ProduceResult(self._absent_error(tp))
         if not records:
             return ProduceResult(ErrorCode.INVALID_RECORD, message="no record batches")
+        if acks == -1 and partition.under_min_isr:  # Kafka's appendRecordsToLeader
+            return _not_enough_replicas(partition)
         try:
             check_produce_request_version(records, api_version)
             # Offsets are assigned in place: a writable view (an owned frame) is used as it
@@ -280,6 +304,7 @@ class ReplicaManager:
     def fetch_messages(
         self, fetches: list[PartitionFetch], max_bytes: int, min_bytes: int, max_wait_ms: int,
         limit: Callable[[], int] | None = None, isolation_level: int = READ_UNCOMMITTED,
+        replica_id: int = -1, replica_epoch: int = -1,
     ) -> Completion[list[FetchResult]]:
         """Read up to each high watermark (read_committed: last stable offset); below
         ``min_bytes`` park a DelayedFetch that reads again when enough became readable, a
@@ -288,36 +313,55 @@ class ReplicaManager:
         ``limit`` is the most the caller may take when the read happens (the connection's
         share of the memory budget); at 0 the answer is empty and immediate, as a fetch
         throttled by a quota is.
+
+        ``replica_id`` >= 0 is a follower's fetch (``replica_epoch``: its broker epoch, -1
+        unchecked): it reads up to the log end whatever the isolation, its fetch offsets move
+        its state on the leader, and it parks until enough is appended.
         """
-        committed = isolation_level == READ_COMMITTED
+        committed = isolation_level == READ_COMMITTED and replica_id < 0
         if limit is not None and limit() <= 0:
             return completed(self.read_from_log(fetches, 0, min_one=False,
-                                                read_committed=committed))
-        results = self.read_from_log(fetches, _capped(max_bytes, limit), read_committed=committed)
+                                                read_committed=committed,
+                                                replica_id=replica_id,
+                                                replica_epoch=replica_epoch))
+        results = self.read_from_log(fetches, _capped(max_bytes, limit), read_committed=committed,
+                                     replica_id=replica_id, replica_epoch=replica_epoch,
+                                     update_fetch_state=True)
         total = sum(len(r.records) for r in results)
         has_error = any(r.error != ErrorCode.NONE for r in results)
         if max_wait_ms <= 0 or total >= min_bytes or has_error or not fetches:
             return completed(results)
         partitions = self.partitions
-        hw_bytes = tuple(partitions[f.tp].hw_bytes for f in fetches)  # type: ignore[index]
+        if replica_id >= 0:  # a follower waits for appends, not for the high watermark
+            hw_bytes = tuple(partitions[f.tp].appended_bytes  # type: ignore[index]
+                             for f in fetches)
+        else:
+            hw_bytes = tuple(partitions[f.tp].hw_bytes for f in fetches)  # type: ignore[index]
         op = DelayedFetch(self, max_wait_ms, fetches, hw_bytes, total, min_bytes, max_bytes,
-                          limit, read_committed=committed)
+                          limit, read_committed=committed, replica_id=replica_id,
+                          replica_epoch=replica_epoch)
         self.fetch_purgatory.try_complete_else_watch(op, [f.tp for f in fetches])
         return op.future
 
     def read_from_log(self, fetches: list[PartitionFetch], max_bytes: int, min_one: bool = True,
-                      read_committed: bool = False) -> list[FetchResult]:
+                      read_committed: bool = False, *, replica_id: int = -1,
+                      replica_epoch: int = -1, update_fetch_state: bool = False
+                      ) -> list[FetchResult]:
         """KIP-74: the first batch of the first partition with data is returned whole even when
         larger than the limits, so a consumer always makes progress; after it, each partition's
         max_bytes and the response's max_bytes bound what is read. ``min_one=False`` drops that
         guarantee (a throttled fetch). read_committed stops at the last stable offset and lists
-        the aborted transactions the data overlaps, so the consumer can drop their records."""
+        the aborted transactions the data overlaps, so the consumer can drop their records.
+        A follower (``replica_id`` >= 0) reads up to the log end; with ``update_fetch_state``
+        its fetch offsets are recorded (not on the read that completes a parked fetch, as
+        Kafka)."""
         remaining = max_bytes
         results: list[FetchResult] = []
+        follower_fetches: list[tuple[Partition, ReplicaState, PartitionFetch, int]] = []
         for f in fetches:
             p = self.partitions.get(f.tp) if f.tp is not None else None
             if p is None:
-                results.append(FetchResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                results.append(FetchResult(self._absent_error(f.tp)))
                 continue
             if p.offline:  # Kafka answers no offsets either (UnknownOffset)
                 results.append(FetchResult(ErrorCode.KAFKA_STORAGE_ERROR))
@@ -327,13 +371,21 @@ class ReplicaManager:
                 if epoch_error != ErrorCode.NONE:
                     results.append(FetchResult(epoch_error))
                     continue
+            follower: ReplicaState | None = None
+            if replica_id >= 0:
+                follower, replica_error = self._follower_or_error(p, f, replica_id,
+                                                                  replica_epoch)
+                if follower is None:
+                    results.append(FetchResult(replica_error))
+                    continue
             hw = p.high_watermark
             lso = p.last_stable_offset
             if f.max_bytes < 0:  # Kafka's LocalLog.read refuses it; the partition answers so
                 results.append(FetchResult(ErrorCode.UNKNOWN_SERVER_ERROR, b"", hw,
                                            p.log_start_offset, lso))
                 continue
-            upper = lso if read_committed else hw
+            leader_end = p.log_end_offset
+            upper = leader_end if follower is not None else lso if read_committed else hw
             try:
                 data = p.log.read(f.fetch_offset, min(f.max_bytes, max(remaining, 0)), upper,
                                   min_one)
@@ -350,17 +402,136 @@ class ReplicaManager:
                 remaining -= len(data)
             results.append(FetchResult(ErrorCode.NONE, data, hw, p.log_start_offset, lso,
                                        aborted))
+            if follower is not None and update_fetch_state:
+                follower_fetches.append((p, follower, f, leader_end))
+        for p, follower, f, leader_end in follower_fetches:
+            self._follower_fetched(p, follower, f, leader_end, replica_epoch)
         return results
 
-    def make_leader(self, tp: TopicPartition, leader_epoch: int) -> bool:
+    def _absent_error(self, tp: TopicPartition | None) -> ErrorCode:
+        """A partition not served here: led by another broker, or unknown."""
+        if tp is not None and tp in self.not_led:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    def _follower_or_error(self, p: Partition, f: PartitionFetch, replica_id: int,
+                           replica_epoch: int) -> tuple[ReplicaState | None, ErrorCode]:
+        """Kafka's followerReplicaOrThrow and the broker-epoch fence of
+        updateFetchStateOrThrow: a replica id not among the assigned followers answers
+        UNKNOWN_LEADER_EPOCH when the fetch names the current epoch (the assignment may be
+        newer than this leader knows), else NOT_LEADER_OR_FOLLOWER; a broker epoch older than
+        the one the cluster has for that broker answers NOT_LEADER_OR_FOLLOWER."""
+        follower = p.follower(replica_id)
+        if follower is None:
+            return None, (ErrorCode.UNKNOWN_LEADER_EPOCH if f.current_leader_epoch >= 0
+                          else ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        epoch_of = self.broker_epoch_of
+        if replica_epoch != -1 and epoch_of is not None:
+            current = epoch_of(replica_id)
+            if current is not None and current > replica_epoch:
+                logger.info("replica fetch with a stale broker epoch refused", topic=p.topic,
+                            partition=p.index, replica_id=replica_id,
+                            broker_epoch=replica_epoch, expected=current)
+                return None, ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return follower, ErrorCode.NONE
+
+    def _follower_fetched(self, p: Partition, follower: ReplicaState, f: PartitionFetch,
+                          leader_end: int, replica_epoch: int) -> None:
+        """A follower fetched at ``f.fetch_offset``: its state, maybe the ISR, maybe the high
+        watermark (and what waits on it)."""
+        hw_moved = p.update_follower_fetch_state(follower, f.fetch_offset, f.log_start_offset,
+                                                 leader_end, replica_epoch)
+        proposal = p.isr_to_expand(follower)
+        if proposal is not None:
+            logger.info("expanding the ISR", topic=p.topic, partition=p.index,
+                        isr=list(p.isr), proposed=list(proposal.isr),
+                        replica_id=follower.broker_id, log_end_offset=follower.log_end_offset,
+                        high_watermark=p.high_watermark)
+            self._alter_isr(p, proposal)
+        if hw_moved:
+            self.on_high_watermark(p)
+
+    def make_leader(self, tp: TopicPartition, leader_epoch: int,
+                    replicas: list[int] | None = None, isr: list[int] | None = None,
+                    partition_epoch: int = -1) -> bool:
         """The partition leads in ``leader_epoch`` (Kafka's makeLeader, for the cluster):
         parked fetches of it answer again, so a client on an older epoch is fenced at once.
-        Whether the epoch is new."""
+        With ``replicas`` and ``isr``: its followers and committed ISR (the same epoch may
+        bring a new ISR). Whether the epoch is new."""
         partition = self.partitions[tp]
-        if not partition.make_leader(leader_epoch):
+        self.not_led.discard(tp)
+        new_epoch = partition.make_leader(leader_epoch)
+        if replicas is not None:
+            committed = LeaderAndIsrState(leader_epoch, tuple(isr or ()), partition_epoch)
+            hw_moved = partition.update_assignment_and_isr(
+                self.broker_id, replicas, committed, new_epoch, self.clock.wall_ms,
+                self.replica_lag_time_max_ms)
+            if partition.replication is not None:
+                partition.replication.broker_epoch_of = self.broker_epoch_of
+                self._start_isr_check()
+            if hw_moved or not new_epoch:  # an ISR change may settle a parked produce too
+                self.on_high_watermark(partition)
+        if not new_epoch:
             return False
         self.fetch_purgatory.check_and_complete(tp)
         return True
+
+    # -- the ISR: shrink on lag, expand on catch-up, committed by the cluster --------------------
+    def _start_isr_check(self) -> None:
+        if self._isr_check is None:
+            self._isr_check = _IsrExpiration(self)
+            self.timer.add(self._isr_check)
+
+    def maybe_shrink_isr(self) -> None:
+        """Kafka's isr-expiration task: propose to drop each led partition's followers that
+        have not caught up within replica.lag.time.max.ms."""
+        for p in list(self.partitions.values()):
+            if p.replication is None or p.offline:
+                continue
+            out = p.out_of_sync_replicas()
+            proposal = p.isr_to_shrink() if out else None
+            if proposal is not None:
+                logger.info("shrinking the ISR", topic=p.topic, partition=p.index,
+                            isr=list(p.isr), proposed=list(proposal.isr), out_of_sync=out,
+                            high_watermark=p.high_watermark, log_end_offset=p.log_end_offset)
+                self._alter_isr(p, proposal)
+
+    def _alter_isr(self, partition: Partition, proposal: LeaderAndIsrState) -> None:
+        """Send ``proposal`` (in flight on the partition) to the cluster; its answer is
+        applied to the same partition object only, on the loop."""
+        writer = self.isr_writer
+        if writer is None:  # nothing can commit it: the ISR stays as it is
+            partition.isr_refused()
+            return
+        try:
+            done = writer.alter_isr(partition.key, proposal)
+        except Exception:
+            logger.exception("ISR change not sent", topic=partition.topic,
+                             partition=partition.index)
+            partition.isr_refused()
+            return
+        done.on_done(functools.partial(self._isr_answered, partition))
+
+    def _isr_answered(self, partition: Partition, done: Completion[LeaderAndIsrState]) -> None:
+        if self.partitions.get(partition.key) is not partition:
+            return  # not led here any more
+        try:
+            committed = done.result()
+        except IsrFenced as e:  # the cluster moved on: its newer state will come
+            self.isr_changes_failed += 1
+            logger.info("ISR change fenced", topic=partition.topic, partition=partition.index,
+                        error=e.error.name, reason=str(e))
+            return
+        except Exception as e:
+            self.isr_changes_failed += 1
+            logger.warning("ISR change failed", topic=partition.topic,
+                           partition=partition.index, error=repr(e))
+            partition.isr_refused()
+            return
+        logger.info("ISR committed", topic=partition.topic, partition=partition.index,
+                    isr=list(committed.isr), partition_epoch=committed.partition_epoch)
+        partition.isr_committed(committed)
+        self.on_high_watermark(partition)
 
     # -- record deletion ----------------------------------------------------------------------
     def delete_records(self, offsets: dict[TopicPartition, int], timeout_ms: int
@@ -418,6 +589,8 @@ class ReplicaManager:
     def _after_append(self, partition: Partition, info: AppendInfo, hw_moved: bool) -> None:
         if hw_moved:
             self.on_high_watermark(partition)
+        elif partition.replication is not None:  # followers' fetches wait for appends
+            self.fetch_purgatory.check_and_complete(partition.key)
         plog = partition.log
         if plog.writes_on_writer:
             return  # its dir's writer fsyncs it; _on_durable moves the high watermark
@@ -427,7 +600,10 @@ class ReplicaManager:
     def _on_durable(self, partition: Partition, end_offset: int, seconds: float) -> None:
         """The log dir's writer made ``partition`` durable below ``end_offset``, on the loop."""
         self.flush_time.observe(seconds)
-        if self.partitions.get(partition.key) is partition and partition.on_durable(end_offset):
+        if self.partitions.get(partition.key) is not partition:
+            return
+        if partition.on_durable(end_offset) or partition.replication is not None:
+            # with followers the high watermark may stay while acks=1 waits for this fsync
             self.on_high_watermark(partition)
 
     # -- flush: a group commit, off the event loop --------------------------------------------
@@ -451,9 +627,9 @@ class ReplicaManager:
                                                      partition.log)
                 if elapsed is not None:
                     self.flush_time.observe(elapsed)
-                if partition.hw_gated_by_flush and partition.advance_high_watermark(
+                if partition.hw_gated_by_flush and (partition.advance_high_watermark(
                     end_offset, end_bytes
-                ):
+                ) or partition.replication is not None):
                     self.on_high_watermark(partition)
                 if not partition.flush_again or self.partitions.get(partition.key) is not partition:
                     return
@@ -554,9 +730,17 @@ class ReplicaManager:
         logger.warning("stopped serving replicas in an offline log dir", log_dir=log_dir,
                        partitions=[f"{t}-{i}" for t, i in offline])
 
-    def remove_partition(self, tp: TopicPartition) -> Partition | None:
-        """Drop a partition; requests parked on it complete now with an error."""
+    def remove_partition(self, tp: TopicPartition, *, not_leader: bool = False
+                         ) -> Partition | None:
+        """Drop a partition; requests parked on it complete now with an error
+        (``not_leader``: it stays in the cluster, led by another broker, and is answered
+        NOT_LEADER_OR_FOLLOWER from now on, as Kafka's
+        completeDelayedOperationsWhenNotPartitionLeader)."""
         partition = self.partitions.pop(tp, None)
+        if not_leader:
+            self.not_led.add(tp)
+        else:
+            self.not_led.discard(tp)
         self.opened_at.pop(tp, None)
         self.produce_purgatory.check_and_complete(tp)
         self.fetch_purgatory.check_and_complete(tp)
@@ -571,7 +755,39 @@ class ReplicaManager:
                     op.force_complete()
 
     def shutdown(self) -> None:
+        if self._isr_check is not None:
+            self._isr_check.cancel()
+            self._isr_check = None
         self._flush_executor.shutdown(wait=True)
+
+
+class _IsrExpiration(TimerTask):
+    """Kafka's isr-expiration task: every half replica.lag.time.max.ms on the broker's timer
+    (a manual clock moves it in tests), for as long as the replica manager runs."""
+
+    __slots__ = ("_rm",)
+
+    def __init__(self, rm: ReplicaManager) -> None:
+        super().__init__(max(rm.replica_lag_time_max_ms // 2, 1))
+        self._rm = rm
+
+    def run(self) -> None:
+        rm = self._rm
+        try:
+            rm.maybe_shrink_isr()
+        except Exception:
+            logger.exception("ISR check failed")
+        rm._isr_check = _IsrExpiration(rm)
+        rm.timer.add(rm._isr_check)
+
+
+def _not_enough_replicas(partition: Partition) -> ProduceResult:
+    """Kafka's NotEnoughReplicasException before an acks=all append."""
+    return ProduceResult(
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        message=(f"The size of the current ISR {list(partition.isr)} is insufficient to "
+                 f"satisfy the min.isr requirement of {partition.effective_min_isr} for "
+                 f"partition {partition.topic}-{partition.index}"))
 
 
 class _DeleteDueSegments(TimerTask):
