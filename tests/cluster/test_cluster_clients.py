@@ -32,6 +32,7 @@ from tests.cluster.test_cluster_brokers import (
 )
 from tests.conformance import java_support
 from tests.conformance.conftest import GROUP_OVERRIDES
+from tests.conformance.test_kafkajs import _node as kafkajs_node
 from tests.support.broker import BrokerProcess
 from tests.support.clients import CONSUMERS, PRODUCERS, Rec, assert_roundtrip, unique_topic
 
@@ -148,18 +149,8 @@ def test_kcat_produces_and_consumes_every_partition(three: list[BrokerProcess]) 
     assert_exact(rows, "kcat")
 
 
-def node() -> str:
-    found = shutil.which("node")
-    if found is None:
-        pytest.fail("node is not on PATH: install Node.js (>= 14) and run `make test`")
-    if not (KAFKAJS / "node_modules" / "kafkajs" / "package.json").exists():
-        pytest.fail(f"kafkajs is not installed in {KAFKAJS}/node_modules: run `make test` "
-                    "(its node-deps target runs `npm ci --prefix tests/conformance/kafkajs`)")
-    return found
-
-
 def test_kafkajs_produces_and_consumes_every_partition(three: list[BrokerProcess]) -> None:
-    program = node()
+    program = kafkajs_node()  # fails (never skips) when node or kafkajs is missing
     topic = spread_topic(three, "c-kafkajs")
     env = {**os.environ, "NODE_PATH": str(KAFKAJS / "node_modules")}
     try:

@@ -51,7 +51,7 @@ class Launcher:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tools.cluster_run", "--base-port", str(self.base),
              "--etcd-port", "0", "--metrics-base-port", "0", "--data-dir", str(data_dir),
-             "--log-format", "json", *extra],
+             "--log-format", "json", "--start-timeout", "150", *extra],
             cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True)
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -120,7 +120,7 @@ def test_cluster_run_serves_a_spread_topic_and_stops_everything_on_sigint(
         tmp_path: Path) -> None:
     launcher = Launcher(tmp_path / "cluster")
     try:
-        launcher.wait_ready(120)
+        launcher.wait_ready(160)
         bootstrap = ",".join(f"127.0.0.1:{launcher.base + i}" for i in range(3))
         assert f"bootstrap.servers={bootstrap}" in launcher.output
         pids = launcher.children()
