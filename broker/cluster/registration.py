@@ -239,8 +239,9 @@ class BrokerRegistration:
             holder = " at " + ", ".join(f"{n}://{_host(h)}:{p}" for n, (h, p) in endpoints.items())
         return NodeIdInUse(
             f"node.id {self.info.node_id} is registered by another live broker{holder} in "
-            f"{self.where}: give this broker another node.id, or stop the other one (its "
-            f"registration goes within broker.session.timeout.ms)")
+            f"{self.where} (key {broker_key(self.info.node_id)}): give this broker another "
+            f"node.id, or stop the other one (its registration goes within "
+            f"broker.session.timeout.ms)")
 
     def _lost(self, reason: str) -> None:
         """The keeper's report: tell every listener now, then register again."""

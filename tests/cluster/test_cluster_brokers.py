@@ -235,7 +235,9 @@ def test_a_second_broker_with_a_live_node_id_exits_2(tmp_path: Path, etcd_server
         assert done.returncode == 2, done.stderr
         lines = [line for line in done.stderr.splitlines() if line.startswith("mini-broker:")]
         assert len(lines) == 1, done.stderr
-        assert "7" in lines[0] and "Traceback" not in done.stderr
+        assert "node.id 7 is registered by another live broker" in lines[0], lines[0]
+        assert "(key /brokers/ids/7)" in lines[0] and prefix in lines[0], lines[0]
+        assert "Traceback" not in done.stderr
         assert first.proc is not None and first.proc.poll() is None  # the first one serves on
         assert [b.node_id for b in metadata(first).brokers] == [7]
         assert first.stop() == 0  # a clean shutdown: resigned and deregistered

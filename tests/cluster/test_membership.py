@@ -96,7 +96,8 @@ async def test_a_second_broker_with_a_live_node_id_fails_and_changes_nothing(
         await second.start()
     assert str(caught.value) == (
         "node.id 1 is registered by another live broker at PLAINTEXT://127.0.0.1:9001, "
-        "SSL://[::1]:9101 in etcd at /test: give this broker another node.id, or stop the "
+        "SSL://[::1]:9101 in etcd at /test (key /brokers/ids/1): give this broker another "
+        "node.id, or stop the "
         "other one (its registration goes within broker.session.timeout.ms)")
     assert await backend.store.get(broker_key(1)) == before
     assert second.epoch is None and second.keeper is None
