@@ -113,18 +113,21 @@ class Owners:
         topics.open_all()
         store = self.offsets_store = OffsetsStore(rm, topics, cfg["offsets.topic.num.partitions"],
                                                   self.clock)
+        cluster = self.cluster
+        # A commit names a partition the cluster has, wherever it is led.
+        partition_exists = (rm.partitions.__contains__ if cluster is None
+                            else cluster.cache.has_partition)
         groups = self.groups = GroupCoordinator(GroupConfig.of(cfg), self.timer, store,
-                                                rm.partitions.__contains__, self.clock)
+                                                partition_exists, self.clock)
         transactions = self.transactions = TransactionCoordinator(
             cfg, self.timer, rm, topics, self.producer_ids, groups.handle_txn_completion,
             groups.partition_for, self.clock)
-        if self.cluster is not None:
+        if cluster is not None:
             groups.follow_partition_leadership()
             transactions.follow_partition_leadership()
         groups.start()
         transactions.start()
         rm.verify_transaction = transactions.verify_partition
-        cluster = self.cluster
         cluster_id = cluster.cluster_id if cluster is not None else self.metadata.cluster_id
         self.node = Node(cfg["node.id"], *cfg.advertised, cluster_id)
         self.context = ApiContext(self.node, cfg, topics, rm, groups, self.fetch_sessions,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
@@ -39,6 +39,8 @@ TOPIC = "orders"
 TOPIC_PARTITIONS = 3
 GROUP_TYPE, TXN_TYPE = 0, 1
 COORDINATOR_NOT_AVAILABLE = 15
+RETRIABLE = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+             KafkaError.COORDINATOR_NOT_AVAILABLE}
 
 
 def coordinator_overrides(etcd: EtcdProcess, prefix: str, node_id: int) -> dict[str, str]:
@@ -202,12 +204,22 @@ def consume(bootstrap: str, group: str, count: int, commit: bool = True) -> list
 
 
 def committed(bootstrap: str, group: str) -> dict[int, int]:
+    """The group's committed offsets; a coordinator that moved or is loading (the answer of
+    a broker whose own view of the leadership is a moment behind the others') is asked again,
+    as a client does, for up to 30 s."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                          "enable.auto.commit": False})
+    deadline = time.monotonic() + 30
     try:
-        tps = consumer.committed([TopicPartition(TOPIC, p) for p in range(TOPIC_PARTITIONS)],
-                                 timeout=30)
-        return {tp.partition: tp.offset for tp in tps}
+        while True:
+            try:
+                tps = consumer.committed(
+                    [TopicPartition(TOPIC, p) for p in range(TOPIC_PARTITIONS)], timeout=30)
+                return {tp.partition: tp.offset for tp in tps}
+            except KafkaException as e:
+                if e.args[0].code() not in RETRIABLE or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
     finally:
         consumer.close()
 
@@ -215,6 +227,7 @@ def committed(bootstrap: str, group: str) -> dict[int, int]:
 def test_group_commits_on_a_remote_coordinator_and_survives_its_restart(
         three: list[BrokerProcess]) -> None:
     bootstrap = three[0]
+    eventually(lambda: metadata(bootstrap).controller_id != -1, 20)
     admin = AdminClient({"bootstrap.servers": bootstrap.bootstrap})
     admin.create_topics([NewTopic(TOPIC, TOPIC_PARTITIONS, 1)],
                         operation_timeout=30)[TOPIC].result(timeout=30)
