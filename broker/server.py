@@ -174,7 +174,7 @@ class Broker:
         partition states; NodeIdInUse is a StartupError line."""
         info = BrokerInfo(owners.node.node_id, dict(owners.node.endpoints),
                           {s.name: s.security_protocol for s in specs}, cluster.settings.rack)
-        leadership = CoordinatorLeadership(owners.groups, owners.transactions, cluster)
+        leadership = CoordinatorLeadership(owners.groups, owners.transactions, cluster.cache)
         replicas = ClusterReplicas(cluster.store, owners.replica_manager, owners.log_manager,
                                    owners.topics.log_config, leadership=[leadership])
         await cluster.join(info, replicas)

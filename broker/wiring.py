@@ -27,6 +27,7 @@ from pathlib import Path
 from broker.apis.context import ApiContext, Node
 from broker.client_telemetry import ClientTelemetry
 from broker.cluster.broker_node import ClusterNode
+from broker.cluster.metadata_cache import ClusterMetadataCache
 from broker.config import BrokerConfig
 from broker.group.coordinator import GroupConfig, GroupCoordinator
 from broker.group.offsets_store import TOPIC as OFFSETS_TOPIC
@@ -161,10 +162,10 @@ class CoordinatorLeadership:
     unloaded at once."""
 
     def __init__(self, groups: GroupCoordinator, transactions: TransactionCoordinator,
-                 cluster: ClusterNode) -> None:
+                 cache: ClusterMetadataCache) -> None:
         self.groups = groups
         self.transactions = transactions
-        self.cluster = cluster
+        self.cache = cache
 
     def became_leader(self, tp: tuple[str, int], leader_epoch: int) -> None:
         coordinator = self._coordinator(tp[0])
@@ -193,7 +194,7 @@ class CoordinatorLeadership:
 
     def _partition_count(self, topic: str) -> None:
         """Keys hash over the cluster topic's partitions, whatever the local config says."""
-        metadata = self.cluster.cache.topic(topic)
+        metadata = self.cache.topic(topic)
         if metadata is None or not metadata.partitions:
             return
         count = max(metadata.partitions) + 1
