@@ -182,7 +182,8 @@ class CoordinatorLeadership:
 
     @staticmethod
     def _load(coordinator: GroupCoordinator | TransactionCoordinator, partition: int) -> None:
-        if partition in coordinator.loading_partitions:  # not lost meanwhile
+        ownership = coordinator.ownership
+        if ownership is not None and partition in ownership.loading:  # not lost meanwhile
             coordinator.load_partition(partition)
 
     def _coordinator(self, topic: str) -> GroupCoordinator | TransactionCoordinator | None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import structlog
 
 from broker.config import BrokerConfig
+from broker.coordinator.ownership import PartitionOwnership
 from broker.coordinator.records import Record
 from broker.coordinator.timer import CoordinatorTimer
 from broker.group.classic_group import GroupMetadata, GroupState
@@ -100,17 +101,15 @@ class GroupCoordinator:
             keep_session=self._keep_session, held=self.consumer.held_since_previous_epoch,
             delete_group=self._delete_group)
         #: Cluster mode: the __consumer_offsets partitions this broker coordinates and those
-        #: it is loading (Kafka's ownedPartitions / loadingPartitions). None: a single broker,
-        #: every partition local and loaded at start.
-        self.owned_partitions: set[int] | None = None
-        self.loading_partitions: set[int] = set()
+        #: it is loading. None: a single broker, every partition local and loaded at start.
+        self.ownership: PartitionOwnership | None = None
 
     def start(self) -> None:
         """Rebuild every group from the offsets topic, if any (it is created on first use).
         Following partition leadership, nothing is loaded here: each partition is loaded when
         this broker becomes its leader."""
         self.groups.clear()
-        if self.owned_partitions is None:
+        if self.ownership is None:
             self.store.load(self.groups)
         self._loaded(self.groups.values())
 
@@ -127,44 +126,38 @@ class GroupCoordinator:
     def follow_partition_leadership(self) -> None:
         """Coordinate only the groups of the partitions this broker leads (cluster mode):
         nothing until ``load_partition``; the topic is created through the controller."""
-        self.owned_partitions = set()
+        self.ownership = PartitionOwnership()
         self.store.auto_create = False
 
     def coordinator_error(self, group_id: str) -> ErrorCode | None:
         """Kafka's validateGroupStatus: COORDINATOR_LOAD_IN_PROGRESS while the group's
         partition is loading, NOT_COORDINATOR when this broker does not lead it."""
-        if self.owned_partitions is None:
+        if self.ownership is None:
             return None
-        partition = self.partition_for(group_id)
-        if partition in self.loading_partitions:
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        if partition not in self.owned_partitions:
-            return ErrorCode.NOT_COORDINATOR
-        return None
+        return self.ownership.error(self.partition_for(group_id))
 
     def begin_loading(self, partition: int) -> None:
         """Kafka's onElection: the partition is this broker's, its groups not yet read."""
-        self.loading_partitions.add(partition)
+        if self.ownership is not None:
+            self.ownership.begin_loading(partition)
 
     def load_partition(self, partition: int) -> None:
         """The partition's groups and offsets read back from its log (the loader start uses),
         then served (Kafka's loadGroupsAndOffsets). Anything held of the partition before is
         dropped first, so a reload starts clean."""
-        self.loading_partitions.add(partition)
+        self.begin_loading(partition)
         self._unload_groups(partition)
         before = set(self.groups)
         self.store.load_partition(partition, self.groups)
         self._loaded([g for g in self.groups.values() if g.group_id not in before])
-        self.loading_partitions.discard(partition)
-        if self.owned_partitions is not None:
-            self.owned_partitions.add(partition)
+        if self.ownership is not None:
+            self.ownership.loaded(partition)
 
     def unload_partition(self, partition: int) -> None:
         """Kafka's onResignation (removeGroupsForPartition): the partition's groups leave
         this broker; their parked JoinGroup and SyncGroup answer NOT_COORDINATOR."""
-        self.loading_partitions.discard(partition)
-        if self.owned_partitions is not None:
-            self.owned_partitions.discard(partition)
+        if self.ownership is not None:
+            self.ownership.lost(partition)
         unloaded = self._unload_groups(partition)
         if unloaded:
             logger.info("groups unloaded", partition=partition, groups=unloaded)

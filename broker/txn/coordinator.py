@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from broker.coordinator.ownership import PartitionOwnership
 from broker.coordinator.timer import CoordinatorTimer
 from broker.replica.delayed_result import Completion, completed
 from broker.txn.state_log import TransactionStateLog, value_bytes
@@ -155,17 +156,15 @@ class TransactionCoordinator:
         self.timed_out = 0  # transactions aborted at their timeout
         self.expired_ids = 0  # transactional ids forgotten after transactional.id.expiration.ms
         #: Cluster mode: the __transaction_state partitions this broker coordinates and those
-        #: it is loading (Kafka's TransactionStateManager's transactionMetadataCache keys and
-        #: loadingPartitions). None: a single broker, every partition loaded at start.
-        self.owned_partitions: set[int] | None = None
-        self.loading_partitions: set[int] = set()
+        #: it is loading. None: a single broker, every partition loaded at start.
+        self.ownership: PartitionOwnership | None = None
 
     # -- life -------------------------------------------------------------------------------------
     def start(self) -> None:
         """Load `__transaction_state` if it exists; finish what a previous run left prepared
         (markers, then Complete*), and set every loaded id's deadline. Following partition
         leadership, each partition is loaded when this broker becomes its leader instead."""
-        if self.owned_partitions is None and self.state_log.use_existing():
+        if self.ownership is None and self.state_log.use_existing():
             self.transactions = self.state_log.load()
         self._active = True
         self._resume(list(self.transactions.values()))
@@ -188,34 +187,29 @@ class TransactionCoordinator:
     def follow_partition_leadership(self) -> None:
         """Coordinate only the ids of the partitions this broker leads (cluster mode):
         nothing until ``load_partition``; the topic is created through the controller."""
-        self.owned_partitions = set()
+        self.ownership = PartitionOwnership()
 
     def coordinator_error(self, transactional_id: str) -> ErrorCode | None:
         """Kafka's getTransactionState: COORDINATOR_LOAD_IN_PROGRESS while the id's partition
         is loading, NOT_COORDINATOR when this broker does not lead it."""
-        if self.owned_partitions is None:
+        if self.ownership is None:
             return None
-        partition = self.partition_for(transactional_id)
-        if partition in self.loading_partitions:
-            return E.COORDINATOR_LOAD_IN_PROGRESS
-        if partition not in self.owned_partitions:
-            return E.NOT_COORDINATOR
-        return None
+        return self.ownership.error(self.partition_for(transactional_id))
 
     def begin_loading(self, partition: int) -> None:
         """Kafka's onElection: the partition is this broker's, its ids not yet read."""
-        self.loading_partitions.add(partition)
+        if self.ownership is not None:
+            self.ownership.begin_loading(partition)
 
     def load_partition(self, partition: int) -> None:
         """Kafka's loadTransactionsForTxnTopicPartition: the partition's ids read back from its
         log (the loader start uses), then served; prepared transactions are completed."""
-        self.loading_partitions.add(partition)
+        self.begin_loading(partition)
         self._remove_partition(partition)
         loaded = self.state_log.load_partition(partition)
         self.transactions.update(loaded)
-        self.loading_partitions.discard(partition)
-        if self.owned_partitions is not None:
-            self.owned_partitions.add(partition)
+        if self.ownership is not None:
+            self.ownership.loaded(partition)
         if loaded:
             logger.info("transactions loaded", partition=partition, transactions=len(loaded))
         if self._active:
@@ -225,9 +219,8 @@ class TransactionCoordinator:
         """Kafka's removeTransactionsForTxnTopicPartition: the partition's ids leave this
         broker with their deadlines and pending markers; a write of theirs still in flight
         answers NOT_COORDINATOR."""
-        self.loading_partitions.discard(partition)
-        if self.owned_partitions is not None:
-            self.owned_partitions.discard(partition)
+        if self.ownership is not None:
+            self.ownership.lost(partition)
         removed = self._remove_partition(partition)
         if removed:
             logger.info("transactions unloaded", partition=partition, transactions=removed)
@@ -248,7 +241,7 @@ class TransactionCoordinator:
     def ensure_topic(self) -> None:
         """`__transaction_state` exists from the first transactional FindCoordinator on (in
         cluster mode the cluster's topic, created through the controller instead)."""
-        if self.owned_partitions is None and not self.state_log.exists:
+        if self.ownership is None and not self.state_log.exists:
             self.state_log.ensure_topic()
 
     def partition_for(self, transactional_id: str) -> int:

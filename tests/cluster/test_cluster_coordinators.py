@@ -29,6 +29,7 @@ from tests.cluster.test_cluster_brokers import (
     eventually,
     metadata,
     partitions_of,
+    poll_records,
 )
 from tests.support.broker import BrokerProcess
 from tests.support.wire import Wire
@@ -185,17 +186,7 @@ def consume(bootstrap: str, group: str, count: int, commit: bool = True) -> list
                          "session.timeout.ms": 10000})
     try:
         consumer.subscribe([TOPIC])
-        got: list[bytes] = []
-        deadline = time.monotonic() + 60
-        while len(got) < count and time.monotonic() < deadline:
-            m = consumer.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                raise KafkaException(m.error())
-            value = m.value()
-            assert value is not None
-            got.append(value)
+        got = [m.value() for m in poll_records(consumer, count)]
         if commit:
             consumer.commit(asynchronous=False)
         return got

@@ -13,6 +13,7 @@ import pytest
 from broker.cluster.broker_node import ClusterReplicas
 from broker.cluster.partition_watcher import LocalReplicaTransitions
 from broker.cluster.topic_state import PartitionState, state_key
+from broker.group.coordinator import GroupCoordinator
 from broker.group.offset_cache import OffsetAndMetadata
 from broker.group.offsets_store import TOPIC
 from broker.replica.delayed_result import Completion
@@ -25,6 +26,11 @@ from tests.support.components import build, settle
 pytestmark = pytest.mark.timeout(90)
 
 OM = OffsetAndMetadata(42, 3, "checkpoint", 1_700_000_000_000)
+
+
+def owned(groups: GroupCoordinator) -> set[int]:
+    assert groups.ownership is not None
+    return groups.ownership.owned
 
 
 async def test_the_group_coordinator_follows_its_partitions_leadership(
@@ -47,8 +53,8 @@ async def test_the_group_coordinator_follows_its_partitions_leadership(
         assert (await controller_of(nodes).create_topic(
             TOPIC, assignment={0: [me], 1: [other], 2: [me]},
             configs={"cleanup.policy": "compact"})).ok
-        assert await backend.eventually(lambda: groups.owned_partitions == {0, 2}, within_s=5)
-        by_partition = {}
+        assert await backend.eventually(lambda: owned(groups) == {0, 2}, within_s=5)
+        by_partition: dict[int, str] = {}
         for i in range(100):
             by_partition.setdefault(groups.partition_for(f"g{i}"), f"g{i}")
         mine, theirs = by_partition[0], by_partition[1]
@@ -68,13 +74,13 @@ async def test_the_group_coordinator_follows_its_partitions_leadership(
         # Partition 0 goes offline (its leader -1, as the controller writes for a lost
         # broker): unloaded here.
         await backend.store.put(state_key(TOPIC, 0), PartitionState(-1, 1, [me], 1).encode())
-        assert await backend.eventually(lambda: groups.owned_partitions == {2}, within_s=5)
+        assert await backend.eventually(lambda: owned(groups) == {2}, within_s=5)
         assert mine not in groups.groups
         assert await commit(mine) == ErrorCode.NOT_COORDINATOR
 
         # Led again in a newer epoch: loaded back from the partition's log.
         await backend.store.put(state_key(TOPIC, 0), PartitionState(me, 2, [me], 1).encode())
-        assert await backend.eventually(lambda: groups.owned_partitions == {0, 2}, within_s=5)
+        assert await backend.eventually(lambda: owned(groups) == {0, 2}, within_s=5)
         assert groups.fetch_offsets(mine, [("orders", 0)]) == {("orders", 0): OM}
     finally:
         await replicas.stop()

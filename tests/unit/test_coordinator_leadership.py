@@ -74,7 +74,7 @@ async def test_groups_follow_their_partitions_leadership(parts: Components) -> N
     # when the partition goes; the group and its offsets leave this broker; the other stays.
     first = groups.join_group(g, "", None, True, "client", "/127.0.0.1", 60_000, 10_000,
                               "consumer", [("range", b"")])
-    member = first.result().member_id  # type: ignore[union-attr]
+    member = first.result().member_id
     parked = groups.join_group(g, member, None, True, "client", "/127.0.0.1", 60_000, 10_000,
                                "consumer", [("range", b"")])
     assert isinstance(parked, Completion) and not parked.done()
@@ -100,25 +100,25 @@ async def test_transactions_follow_their_partitions_leadership(parts: Components
     tid = "producer-1"
     p = txns.partition_for(tid)
     refused = txns.init_producer_id(tid, 60_000)
-    assert refused.result().error == ErrorCode.NOT_COORDINATOR  # type: ignore[union-attr]
+    assert refused.result().error == ErrorCode.NOT_COORDINATOR
 
     txns.begin_loading(p)
     loading = txns.init_producer_id(tid, 60_000)
-    assert loading.result().error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS  # type: ignore
+    assert loading.result().error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
     assert txns.describe(tid).error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
     txns.load_partition(p)
     init = txns.init_producer_id(tid, 60_000)
     await settle()
-    result = init.result()  # type: ignore[union-attr]
+    result = init.result()
     assert result.error == ErrorCode.NONE
     added = txns.add_partitions(tid, result.producer_id, result.producer_epoch, [("orders", 0)])
     await settle()
-    assert added.result() == ErrorCode.NONE  # type: ignore[union-attr]
+    assert added.result() == ErrorCode.NONE
 
     txns.unload_partition(p)
     assert tid not in txns.transactions
     gone = txns.add_partitions(tid, result.producer_id, result.producer_epoch, [("orders", 0)])
-    assert gone.result() == ErrorCode.NOT_COORDINATOR  # type: ignore[union-attr]
+    assert gone.result() == ErrorCode.NOT_COORDINATOR
     assert txns.describe(tid).error == ErrorCode.NOT_COORDINATOR
 
     txns.load_partition(p)  # led again: the ongoing transaction read back from the log
