@@ -10,12 +10,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from kafka.protocol.admin import ListGroupsRequest
 
+from broker.apis import list_groups
 from broker.group.classic_group import GroupState
 from broker.group.offset_cache import OffsetAndMetadata
 from broker.replica.delayed_result import Completion
 from protocol.errors import ErrorCode
-from tests.support.components import Components, build, settle
+from tests.support.components import Components, build, parse, settle
 
 PARTITIONS = 3
 OVERRIDES = {"offsets.topic.num.partitions": str(PARTITIONS),
@@ -64,8 +66,12 @@ async def test_groups_follow_their_partitions_leadership(parts: Components) -> N
     assert groups.coordinator_error(g) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
     assert groups.leave_group(g, [("m", None)]) == (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                                                    [ErrorCode.COORDINATOR_LOAD_IN_PROGRESS])
+    listed = list_groups.handle(c.context, parse(ListGroupsRequest[4](states_filter=[])))
+    assert listed.error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
     groups.load_partition(p)
     groups.load_partition(q)
+    listed = list_groups.handle(c.context, parse(ListGroupsRequest[4](states_filter=[])))
+    assert listed.error_code == ErrorCode.NONE
     assert await commit(c, g) == ErrorCode.NONE
     assert await commit(c, other) == ErrorCode.NONE
     assert groups.fetch_offsets(g, [("orders", 0)]) == {("orders", 0): OM}
