@@ -65,7 +65,7 @@ from broker.security.scram import ScramCredentialStore
 from broker.security.ssl import principal_builder, server_ssl_context
 from broker.startup_error import StartupError
 from broker.txn import TransactionCoordinator
-from broker.wiring import Owners, check_log_dirs
+from broker.wiring import CoordinatorLeadership, Owners, check_log_dirs
 from purgatory import Clock, LoopClock, Timer
 
 logger = structlog.get_logger("broker")
@@ -174,8 +174,9 @@ class Broker:
         partition states; NodeIdInUse is a StartupError line."""
         info = BrokerInfo(owners.node.node_id, dict(owners.node.endpoints),
                           {s.name: s.security_protocol for s in specs}, cluster.settings.rack)
+        leadership = CoordinatorLeadership(owners.groups, owners.transactions, cluster.cache)
         replicas = ClusterReplicas(cluster.store, owners.replica_manager, owners.log_manager,
-                                   owners.topics.log_config)
+                                   owners.topics.log_config, leadership=[leadership])
         await cluster.join(info, replicas)
         taken = cluster.taken
         if taken is not None:

@@ -20,14 +20,17 @@ on purpose: the log cleaner (LogCleaner) and the time-based flusher (ReplicaMana
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
 from broker.apis.context import ApiContext, Node
 from broker.client_telemetry import ClientTelemetry
 from broker.cluster.broker_node import ClusterNode
+from broker.cluster.metadata_cache import ClusterMetadataCache
 from broker.config import BrokerConfig
 from broker.group.coordinator import GroupConfig, GroupCoordinator
+from broker.group.offsets_store import TOPIC as OFFSETS_TOPIC
 from broker.group.offsets_store import OffsetsStore
 from broker.log.manager import LogDirLockedError, LogManager
 from broker.metadata.dynamic_config import DynamicBrokerConfig
@@ -40,6 +43,7 @@ from broker.security.authorizer import Authorizer
 from broker.security.scram import ScramCredentialStore
 from broker.startup_error import StartupError
 from broker.txn import TransactionCoordinator
+from broker.txn.state_log import TOPIC as TRANSACTION_TOPIC
 from purgatory import Clock, Timer
 
 
@@ -110,15 +114,21 @@ class Owners:
         topics.open_all()
         store = self.offsets_store = OffsetsStore(rm, topics, cfg["offsets.topic.num.partitions"],
                                                   self.clock)
+        cluster = self.cluster
+        # A commit names a partition the cluster has, wherever it is led.
+        partition_exists = (rm.partitions.__contains__ if cluster is None
+                            else cluster.cache.has_partition)
         groups = self.groups = GroupCoordinator(GroupConfig.of(cfg), self.timer, store,
-                                                rm.partitions.__contains__, self.clock)
-        groups.start()
+                                                partition_exists, self.clock)
         transactions = self.transactions = TransactionCoordinator(
             cfg, self.timer, rm, topics, self.producer_ids, groups.handle_txn_completion,
             groups.partition_for, self.clock)
+        if cluster is not None:
+            groups.follow_partition_leadership()
+            transactions.follow_partition_leadership()
+        groups.start()
         transactions.start()
         rm.verify_transaction = transactions.verify_partition
-        cluster = self.cluster
         cluster_id = cluster.cluster_id if cluster is not None else self.metadata.cluster_id
         self.node = Node(cfg["node.id"], *cfg.advertised, cluster_id)
         self.context = ApiContext(self.node, cfg, topics, rm, groups, self.fetch_sessions,
@@ -142,3 +152,54 @@ def check_log_dirs(log_dirs: list[Path]) -> None:
         if not os.access(d, os.W_OK | os.X_OK):
             raise StartupError(f"log dir {d} (log.dirs) is read-only: make it writable for "
                                "the broker's user, or set log.dirs to a writable directory")
+
+
+class CoordinatorLeadership:
+    """Kafka's onLeadershipChange for the internal topics (cluster mode): the group
+    coordinator follows the leadership of ``__consumer_offsets``' partitions, the transaction
+    coordinator that of ``__transaction_state``'s (onElection / onResignation). A partition
+    won is loaded on the next loop turn, COORDINATOR_LOAD_IN_PROGRESS meanwhile; one lost is
+    unloaded at once."""
+
+    def __init__(self, groups: GroupCoordinator, transactions: TransactionCoordinator,
+                 cache: ClusterMetadataCache) -> None:
+        self.groups = groups
+        self.transactions = transactions
+        self.cache = cache
+
+    def became_leader(self, tp: tuple[str, int], leader_epoch: int) -> None:
+        coordinator = self._coordinator(tp[0])
+        if coordinator is None:
+            return
+        self._partition_count(tp[0])
+        coordinator.begin_loading(tp[1])
+        asyncio.get_running_loop().call_soon(self._load, coordinator, tp[1])
+
+    def stopped_leading(self, tp: tuple[str, int]) -> None:
+        coordinator = self._coordinator(tp[0])
+        if coordinator is not None:
+            coordinator.unload_partition(tp[1])
+
+    @staticmethod
+    def _load(coordinator: GroupCoordinator | TransactionCoordinator, partition: int) -> None:
+        ownership = coordinator.ownership
+        if ownership is not None and partition in ownership.loading:  # not lost meanwhile
+            coordinator.load_partition(partition)
+
+    def _coordinator(self, topic: str) -> GroupCoordinator | TransactionCoordinator | None:
+        if topic == OFFSETS_TOPIC:
+            return self.groups
+        if topic == TRANSACTION_TOPIC:
+            return self.transactions
+        return None
+
+    def _partition_count(self, topic: str) -> None:
+        """Keys hash over the cluster topic's partitions, whatever the local config says."""
+        metadata = self.cache.topic(topic)
+        if metadata is None or not metadata.partitions:
+            return
+        count = max(metadata.partitions) + 1
+        if topic == OFFSETS_TOPIC:
+            self.groups.store.num_partitions = count
+        else:
+            self.transactions.state_log.num_partitions = count

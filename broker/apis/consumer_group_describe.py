@@ -50,6 +50,9 @@ def handle(ctx: ApiContext, request: Request) -> ConsumerGroupDescribeResponse:
         if not gid:
             groups.append(_error(gid, ErrorCode.INVALID_GROUP_ID))
             continue
+        if (moved := ctx.groups.coordinator_error(gid)) is not None:
+            groups.append(_error(gid, moved))
+            continue
         group = ctx.groups.groups.get_consumer(gid)
         if group is None:
             classic = gid in ctx.groups.groups

@@ -46,6 +46,11 @@ def handle(ctx: ApiContext, request: Request) -> DescribeGroupsResponse:
         wanted = described
     for gid in wanted:
         ops = authorized_ops(ctx, request, ResourceType.GROUP, gid, asked)
+        if (moved := ctx.groups.coordinator_error(gid)) is not None:
+            groups.append(Described(error_code=moved, group_id=gid, group_state="",
+                                    protocol_type="", protocol_data="", members=[],
+                                    authorized_operations=ops))
+            continue
         g = ctx.groups.groups.get_classic(gid)
         if g is None:
             groups.append(Described(error_code=0, group_id=gid, group_state="Dead",

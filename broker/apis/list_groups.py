@@ -4,7 +4,9 @@ A group of the consumer protocol is listed with type "consumer", protocol type "
 its own states (Empty, Assigning, Reconciling, Stable); a classic group with type "classic".
 
 With DESCRIBE on the cluster every group is listed; without it only the groups the principal
-may DESCRIBE (no error either way), as Kafka does.
+may DESCRIBE (no error either way), as Kafka does. In cluster mode the groups are those of
+the partitions this broker coordinates, with COORDINATOR_LOAD_IN_PROGRESS while one of them is
+being loaded (Kafka's handleListGroups).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from kafka.protocol.admin import ListGroupsResponse
 from broker.apis.authorize import allowed, cluster_allowed
 from broker.group.consumer_group import ConsumerGroup
 from broker.security.acl import AclOperation, ResourceType
+from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from broker.apis.context import ApiContext
@@ -45,4 +48,7 @@ def handle(ctx: ApiContext, request: Request) -> ListGroupsResponse:
         groups = [g for g in groups if allowed(ctx, request, AclOperation.DESCRIBE,
                                                ResourceType.GROUP, g.group_id,
                                                log_if_denied=False)]
-    return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=groups)
+    ownership = ctx.groups.ownership
+    loading = ownership is not None and bool(ownership.loading)
+    error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if loading else ErrorCode.NONE
+    return ListGroupsResponse(throttle_time_ms=0, error_code=error, groups=groups)

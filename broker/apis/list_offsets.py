@@ -12,7 +12,8 @@ partition's epoch, "earliest" the first cached epoch when it starts at the log s
 lookup the epoch that wrote the batch (from the log's epoch cache, which holds exactly the
 batches' epochs). A consumer asking while the high watermark lags the start of the leader's
 epoch (a leader just elected) gets OFFSET_NOT_AVAILABLE (LEADER_NOT_AVAILABLE before v5) for
-"latest" and for a lookup with nothing readable to answer.
+"latest" and for a lookup with nothing readable to answer. In cluster mode a partition of the
+cluster that this broker does not lead answers NOT_LEADER_OR_FOLLOWER, as Produce and Fetch do.
 """
 
 from __future__ import annotations
@@ -58,7 +59,11 @@ def handle(ctx: ApiContext, request: Request) -> ListOffsetsResponse:
     for t in requested:
         parts = []
         for p in t.partitions:
-            partition, error = ctx.replica_manager.partition_or_error((t.name, p.partition_index))
+            tp = (t.name, p.partition_index)
+            partition, error = ctx.replica_manager.partition_or_error(tp)
+            if partition is None and ctx.cluster is not None and ctx.cluster.not_led(
+                    [tp], ctx.replica_manager.partitions):
+                error = ErrorCode.NOT_LEADER_OR_FOLLOWER  # the cluster's, led elsewhere
             found: tuple[int, int, int] | None = None
             if partition is not None:
                 error = partition.check_leader_epoch(p.current_leader_epoch)

@@ -67,10 +67,13 @@ def _fetch(ctx: ApiContext, request: Request, group_id: str,
            wanted: list[tuple[str, int]] | None, require_stable: bool
            ) -> tuple[ErrorCode, dict[tuple[str, int], OffsetAndMetadata | ErrorCode | None]]:
     """One group's error and offsets, as this principal may see them."""
+    if ctx.authorizer.enabled and not allowed(ctx, request, AclOperation.DESCRIBE,
+                                              ResourceType.GROUP, group_id):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, {}
+    if (moved := ctx.groups.coordinator_error(group_id)) is not None:
+        return moved, {}
     if not ctx.authorizer.enabled:
         return ErrorCode.NONE, ctx.groups.fetch_offsets(group_id, wanted, require_stable)
-    if not allowed(ctx, request, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
-        return ErrorCode.GROUP_AUTHORIZATION_FAILED, {}
     if wanted is None:
         found = ctx.groups.fetch_offsets(group_id, None, require_stable)
         described = filter_allowed(ctx, request, AclOperation.DESCRIBE, ResourceType.TOPIC,

@@ -22,11 +22,11 @@ import base64
 import uuid
 from collections.abc import Awaitable, Callable, Container, Coroutine, Iterable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import structlog
 
-from broker.cluster.controller import ControllerMoved
+from broker.cluster.controller import ControllerContext, ControllerMoved, decode_controller
 from broker.cluster.isr_writer import StoreIsrWriter
 from broker.cluster.liveness import BrokerLivenessView
 from broker.cluster.membership import ClusterMembership, open_etcd_store
@@ -36,6 +36,7 @@ from broker.cluster.partition_watcher import (
     LocalReplicaTransitions,
     PartitionStateWatcher,
 )
+from broker.cluster.paths import CONTROLLER, CONTROLLER_EPOCH
 from broker.cluster.registration import BrokerInfo
 from broker.cluster.settings import ClusterSettings
 from broker.cluster.store import Lease, MetadataStore, StoreError, cancel_and_wait
@@ -53,6 +54,19 @@ logger = structlog.get_logger("broker.cluster")
 
 T = TypeVar("T")
 TopicPartition = tuple[str, int]
+#: Internal topics have one replica until replication is built: a second replica that never
+#: fetched must not be electable (its empty log would lose the committed state).
+INTERNAL_TOPIC_REPLICATION_FACTOR = 1
+
+
+class LeadershipListener(Protocol):
+    """Told when this broker starts or stops leading a partition (Kafka's
+    onLeadershipChange callback of becomeLeaderOrFollower, which the group and transaction
+    coordinators' onElection / onResignation hang on)."""
+
+    def became_leader(self, tp: TopicPartition, leader_epoch: int) -> object: ...
+
+    def stopped_leading(self, tp: TopicPartition) -> object: ...
 
 
 def topic_uuid(topic_id: str) -> uuid.UUID:
@@ -82,6 +96,7 @@ class ClusterNode:
         self.watcher: PartitionStateWatcher | None = None
         self.replicas: ClusterReplicas | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._creating: set[str] = set()  # internal topics being created
         self._stopped = False
 
     @property
@@ -197,6 +212,61 @@ class ClusterNode:
         self._spawn(run())
         return done
 
+    # -- the coordinators' internal topics -----------------------------------------------------
+
+    def ensure_internal_topic(self, name: str, partitions: int, configs: dict[str, str]
+                              ) -> None:
+        """Kafka's auto-creation of ``__consumer_offsets`` / ``__transaction_state`` on the
+        first FindCoordinator: created once, in the background, by the controller's
+        ``create_topic`` (placement over the live brokers, one txn, the controller's epoch
+        fence); the caller answers COORDINATOR_NOT_AVAILABLE until its partitions have
+        leaders. On a broker that is not the controller the write is made here, fenced by the
+        current controller's epoch, as Kafka's brokers wrote a new topic's znode themselves
+        for the controller to take up."""
+        if self._stopped or name in self._creating or self.cache.topic(name) is not None:
+            return
+        self._creating.add(name)
+
+        async def create() -> None:
+            try:
+                controller = self.controller or await self._fenced_controller()
+                if controller is None:
+                    logger.info("no controller yet: internal topic not created", topic=name)
+                    return
+                result = await controller.create_topic(
+                    name, partitions, INTERNAL_TOPIC_REPLICATION_FACTOR, configs=configs)
+                if result.ok or result.error_code is ErrorCode.TOPIC_ALREADY_EXISTS:
+                    logger.info("internal topic created", topic=name, partitions=partitions,
+                                error=result.error_code.name)
+                else:
+                    logger.warning("internal topic not created", topic=name,
+                                   error=result.error_code.name, message=result.message)
+            except StoreError as e:
+                logger.warning("internal topic not created", topic=name, error=str(e))
+            finally:
+                self._creating.discard(name)
+
+        self._spawn(create())
+
+    async def _fenced_controller(self) -> TopicController | None:
+        """A topic controller writing under the current controller's epoch fence (its writes
+        fail as ``ControllerMoved`` once another election happened); None without one."""
+        controller_kv = await self.store.get(CONTROLLER)
+        epoch_kv = await self.store.get(CONTROLLER_EPOCH)
+        if controller_kv is None or epoch_kv is None:
+            return None
+        controller_id = decode_controller(controller_kv)
+        # One election txn wrote both keys: anything else is an election under way.
+        if controller_id is None or controller_kv.create_revision != epoch_kv.mod_revision:
+            return None
+        try:
+            epoch = int(epoch_kv.value)
+        except ValueError:
+            return None
+        context = ControllerContext(self.store, controller_id, epoch, epoch_kv.version,
+                                    epoch_kv.mod_revision)
+        return TopicController(context, self.view)
+
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work, name="cluster-admin")
         self._tasks.add(task)
@@ -209,10 +279,14 @@ class ClusterReplicas:
 
     def __init__(self, store: MetadataStore, replica_manager: ReplicaManager,
                  log_manager: LogManager, log_config: Callable[[dict[str, str]], LogConfig],
-                 min_insync_replicas: int = 1) -> None:
+                 min_insync_replicas: int = 1,
+                 leadership: Sequence[LeadershipListener] = ()) -> None:
+        """``leadership``: told after each partition this broker starts leading (or leads in
+        a new leader epoch) and as soon as it stops leading one."""
         self.store = store
         #: the broker's min.insync.replicas, for topics that do not set theirs.
         self.min_insync_replicas = min_insync_replicas
+        self.leadership = list(leadership)
         self.replica_manager = replica_manager
         self.log_manager = log_manager
         self.log_config = log_config
@@ -296,7 +370,10 @@ class ClusterReplicas:
         partition.min_insync_replicas = _min_insync_replicas(configs, self.min_insync_replicas)
         rm.make_leader(tp, p.leader_epoch, replicas=p.replicas, isr=p.isr,
                        partition_epoch=p.partition_epoch)
+        previous = self.led.get(tp)
         self.led[tp] = p.leader_epoch
+        if previous != p.leader_epoch:
+            self._tell(lambda listener: listener.became_leader(tp, p.leader_epoch))
         logger.info("leading partition", topic=p.topic, partition=p.partition,
                     leader_epoch=p.leader_epoch)
 
@@ -316,8 +393,17 @@ class ClusterReplicas:
     def _unserve(self, tp: TopicPartition, not_leader: bool = False) -> bool:
         """Not served any more (parked requests on it answered now, NOT_LEADER_OR_FOLLOWER
         when another broker leads it); its log stays."""
-        self.led.pop(tp, None)
-        return self.replica_manager.remove_partition(tp, not_leader=not_leader) is not None
+        removed = self.replica_manager.remove_partition(tp, not_leader=not_leader) is not None
+        if self.led.pop(tp, None) is not None:
+            self._tell(lambda listener: listener.stopped_leading(tp))
+        return removed
+
+    def _tell(self, call: Callable[[LeadershipListener], object]) -> None:
+        for listener in self.leadership:
+            try:
+                call(listener)
+            except Exception:
+                logger.exception("leadership listener failed")
 
     async def _topic_configs(self, topic: str, topic_id: str, attempts: int = 5
                              ) -> dict[str, str]:

@@ -71,6 +71,11 @@ class ClusterMetadataCache:
             known = self._topics[update.topic] = (update.topic_id, {})
         known[1][update.partition] = (update.replicas, update.state)
 
+    def has_partition(self, tp: tuple[str, int]) -> bool:
+        """Whether the cluster has the partition (what OffsetCommit checks a commit against)."""
+        known = self._topics.get(tp[0])
+        return known is not None and tp[1] in known[1]
+
     def topic_names(self) -> list[str]:
         return sorted(self._topics)
 

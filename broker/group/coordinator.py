@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import structlog
 
 from broker.config import BrokerConfig
+from broker.coordinator.ownership import PartitionOwnership
 from broker.coordinator.records import Record
 from broker.coordinator.timer import CoordinatorTimer
 from broker.group.classic_group import GroupMetadata, GroupState
@@ -99,19 +100,102 @@ class GroupCoordinator:
             self.groups, store, clock, config.offsets_retention_ms, partition_exists,
             keep_session=self._keep_session, held=self.consumer.held_since_previous_epoch,
             delete_group=self._delete_group)
+        #: Cluster mode: the __consumer_offsets partitions this broker coordinates and those
+        #: it is loading. None: a single broker, every partition local and loaded at start.
+        self.ownership: PartitionOwnership | None = None
 
     def start(self) -> None:
-        """Rebuild every group from the offsets topic, if any (it is created on first use)."""
+        """Rebuild every group from the offsets topic, if any (it is created on first use).
+        Following partition leadership, nothing is loaded here: each partition is loaded when
+        this broker becomes its leader."""
         self.groups.clear()
-        self.store.load(self.groups)
+        if self.ownership is None:
+            self.store.load(self.groups)
+        self._loaded(self.groups.values())
+
+    def _loaded(self, groups: Iterable[GroupMetadata | ConsumerGroup]) -> None:
+        """Groups read back from the log: their states, the offsets' index, the sessions."""
         self.consumer.restore()
         self.offsets.loaded()
-        for classic in self.groups.classic_groups():
-            for member in classic.members.values():
-                self._schedule_heartbeat(classic, member)
+        for classic in groups:
+            if isinstance(classic, GroupMetadata):
+                for member in classic.members.values():
+                    self._schedule_heartbeat(classic, member)
+
+    # -- partition leadership (cluster mode) ---------------------------------------------------
+    def follow_partition_leadership(self) -> None:
+        """Coordinate only the groups of the partitions this broker leads (cluster mode):
+        nothing until ``load_partition``; the topic is created through the controller."""
+        self.ownership = PartitionOwnership()
+        self.store.auto_create = False
+
+    def coordinator_error(self, group_id: str) -> ErrorCode | None:
+        """Kafka's validateGroupStatus: COORDINATOR_LOAD_IN_PROGRESS while the group's
+        partition is loading, NOT_COORDINATOR when this broker does not lead it."""
+        if self.ownership is None:
+            return None
+        return self.ownership.error(self.partition_for(group_id))
+
+    def begin_loading(self, partition: int) -> None:
+        """Kafka's onElection: the partition is this broker's, its groups not yet read."""
+        if self.ownership is not None:
+            self.ownership.begin_loading(partition)
+
+    def load_partition(self, partition: int) -> None:
+        """The partition's groups and offsets read back from its log (the loader start uses),
+        then served (Kafka's loadGroupsAndOffsets). Anything held of the partition before is
+        dropped first, so a reload starts clean."""
+        self.begin_loading(partition)
+        self._unload_groups(partition)
+        before = set(self.groups)
+        self.store.load_partition(partition, self.groups)
+        self._loaded([g for g in self.groups.values() if g.group_id not in before])
+        if self.ownership is not None:
+            self.ownership.loaded(partition)
+
+    def unload_partition(self, partition: int) -> None:
+        """Kafka's onResignation (removeGroupsForPartition): the partition's groups leave
+        this broker; their parked JoinGroup and SyncGroup answer NOT_COORDINATOR."""
+        if self.ownership is not None:
+            self.ownership.lost(partition)
+        unloaded = self._unload_groups(partition)
+        if unloaded:
+            logger.info("groups unloaded", partition=partition, groups=unloaded)
+
+    def _unload_groups(self, partition: int) -> int:
+        groups = [g for g in self.groups.values() if self.partition_for(g.group_id) == partition]
+        for group in groups:
+            if isinstance(group, ConsumerGroup):
+                self.consumer.remove_group(group)
+            else:
+                self._unload_classic(group)
+        if groups:
+            self.offsets.loaded()
+        return len(groups)
+
+    def _unload_classic(self, group: GroupMetadata) -> None:
+        """Kafka's onGroupUnloaded: Dead, its waiters answered NOT_COORDINATOR, its
+        deadlines dropped (the new coordinator keeps the sessions)."""
+        gid = group.group_id
+        self.groups.remove(gid)
+        self.rebalances.pop(gid, None)
+        group.transition(S.DEAD)
+        for member in group.members.values():
+            join, sync = member.awaiting_join, member.awaiting_sync
+            member.awaiting_join = member.awaiting_sync = None
+            if join is not None and not join.done():
+                join.set_result(JoinResult(ErrorCode.NOT_COORDINATOR, member_id=member.member_id))
+            if sync is not None and not sync.done():
+                sync.set_result((ErrorCode.NOT_COORDINATOR, b""))
+        for member_id in [*group.members, *group.pending_members]:
+            self.deadlines.cancel(_heartbeat_key(gid, member_id))
+        self.deadlines.cancel(("sync", gid))
+        self.join_purgatory.check_and_complete(gid)
 
     # -- ConsumerGroupHeartbeat (the consumer protocol) -------------------------------------
     def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
+        if request.group_id and (moved := self.coordinator_error(request.group_id)) is not None:
+            return HeartbeatResult(moved)
         return self.consumer.heartbeat(request)
 
     def partition_for(self, group_id: str) -> int:
@@ -126,6 +210,8 @@ class GroupCoordinator:
     ) -> Completion[JoinResult]:
         if not group_id:
             return completed(JoinResult(ErrorCode.INVALID_GROUP_ID, member_id=member_id))
+        if (moved := self.coordinator_error(group_id)) is not None:
+            return completed(JoinResult(moved, member_id=member_id))
         cfg = self.config
         if not cfg.min_session_timeout_ms <= session_timeout_ms <= cfg.max_session_timeout_ms:
             return completed(JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id=member_id))
@@ -382,6 +468,8 @@ class GroupCoordinator:
         self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
         protocol_type: str | None, protocol_name: str | None, assignments: dict[str, bytes],
     ) -> Completion[tuple[ErrorCode, bytes]]:
+        if (moved := self.coordinator_error(group_id)) is not None:
+            return completed((moved, b""))
         group = self.groups.get(group_id)
         if isinstance(group, ConsumerGroup):
             return completed(self.consumer.classic.sync(
@@ -436,6 +524,8 @@ class GroupCoordinator:
     # -- Heartbeat and LeaveGroup ----------------------------------------------------------------
     def heartbeat(self, group_id: str, member_id: str, instance_id: str | None,
                   generation_id: int) -> ErrorCode:
+        if (moved := self.coordinator_error(group_id)) is not None:
+            return moved
         group = self.groups.get(group_id)
         if isinstance(group, ConsumerGroup):
             return self.consumer.classic.heartbeat(group, member_id, instance_id,
@@ -451,6 +541,8 @@ class GroupCoordinator:
 
     def leave_group(self, group_id: str, members: list[tuple[str, str | None]]
                     ) -> tuple[ErrorCode, list[ErrorCode]]:
+        if (moved := self.coordinator_error(group_id)) is not None:
+            return moved, [moved for _ in members]
         group = self.groups.get(group_id)
         if isinstance(group, ConsumerGroup):
             return ErrorCode.NONE, self.consumer.classic.leave(group, members)
@@ -534,6 +626,8 @@ class GroupCoordinator:
         self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
         offsets: dict[TopicPartition, OffsetAndMetadata], api_version: int = 8,
     ) -> Completion[dict[TopicPartition, ErrorCode]]:
+        if (moved := self.coordinator_error(group_id)) is not None:
+            return completed({tp: moved for tp in offsets})
         return self.offsets.commit_offsets(group_id, member_id, instance_id, generation_id,
                                            offsets, api_version)
 
@@ -542,6 +636,8 @@ class GroupCoordinator:
         group_instance_id: str | None, generation_id: int,
         offsets: dict[TopicPartition, OffsetAndMetadata],
     ) -> Completion[dict[TopicPartition, ErrorCode]]:
+        if (moved := self.coordinator_error(group_id)) is not None:
+            return completed({tp: moved for tp in offsets})
         return self.offsets.commit_transactional_offsets(
             group_id, producer_id, producer_epoch, member_id, group_instance_id, generation_id,
             offsets)
@@ -561,6 +657,8 @@ class GroupCoordinator:
 
     def delete_offsets(self, group_id: str, partitions: list[TopicPartition]
                        ) -> Completion[tuple[ErrorCode, dict[TopicPartition, ErrorCode]]]:
+        if (moved := self.coordinator_error(group_id)) is not None:
+            return completed((moved, {}))
         return self.offsets.delete_offsets(group_id, partitions)
 
     def expire_offsets(self) -> int:
@@ -584,6 +682,9 @@ class GroupCoordinator:
         results: dict[str, ErrorCode] = {}
         writes: list[Completion[ErrorCode]] = []
         for gid in group_ids:
+            if (moved := self.coordinator_error(gid)) is not None:
+                results[gid] = moved
+                continue
             group = self.groups.get(gid)
             if group is None or group.is_dead():
                 results[gid] = ErrorCode.GROUP_ID_NOT_FOUND

@@ -243,6 +243,8 @@ class OffsetsStore:
         self.replica_manager = replica_manager
         self.topics = topics
         self.num_partitions = num_partitions
+        #: False in cluster mode: the topic is the cluster's, created through its controller.
+        self.auto_create = True
 
     def partition_for(self, group_id: str) -> int:
         # The hash with its sign bit masked, not Kafka's Utils.abs: changing it moves groups.
@@ -251,6 +253,8 @@ class OffsetsStore:
     def ensure_topic(self) -> None:
         """Create the topic when a group first needs it (FindCoordinator, or a write), as Kafka
         creates it, so a fresh broker lists no internal topic."""
+        if not self.auto_create:
+            return
         info = self.topics.metadata.topics.get(TOPIC)
         if info is None:
             segment_bytes = str(self.topics.config["offsets.topic.segment.bytes"])
@@ -267,8 +271,19 @@ class OffsetsStore:
         self.num_partitions = info.partitions
         records = 0
         for index in range(self.num_partitions):
-            loader = PartitionLoader(self.clock)
-            partition = self.replica_manager.partitions[(TOPIC, index)]
+            records += self.load_partition(index, groups)
+        if records:
+            loaded = groups.values()
+            pending = sum(len(g.pending_txn_offset_commits) for g in loaded)
+            logger.info("group metadata loaded", records=records, groups=len(loaded),
+                        pending_transactions=pending)
+
+    def load_partition(self, index: int, groups: GroupRegistry) -> int:
+        """The groups stored in one partition (up to its high watermark), into ``groups``;
+        the count of records read (none when the partition is not here)."""
+        loader = PartitionLoader(self.clock)
+        partition = self.replica_manager.partitions.get((TOPIC, index))
+        if partition is not None:
             for data, pos, header in read_batches(partition, partition.high_watermark):
                 if header.is_control:
                     try:
@@ -286,13 +301,8 @@ class OffsetsStore:
                     loader.data_record(bytes(rec.key),
                                        bytes(rec.value) if rec.value is not None else None,
                                        first, producer_id)
-            loader.finish(groups)
-            records += loader.records
-        if records:
-            loaded = groups.values()
-            pending = sum(len(g.pending_txn_offset_commits) for g in loaded)
-            logger.info("group metadata loaded", records=records, groups=len(loaded),
-                        pending_transactions=pending)
+        loader.finish(groups)
+        return loader.records
 
     def write(self, group_id: str, records: list[Record]) -> Completion[ErrorCode]:
         """Append the records to the group's partition; completes once they are committed."""

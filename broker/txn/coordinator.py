@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from broker.coordinator.ownership import PartitionOwnership
 from broker.coordinator.timer import CoordinatorTimer
 from broker.replica.delayed_result import Completion, completed
 from broker.txn.state_log import TransactionStateLog, value_bytes
@@ -154,16 +155,25 @@ class TransactionCoordinator:
         self.transactions: dict[str, TransactionMetadata] = {}
         self.timed_out = 0  # transactions aborted at their timeout
         self.expired_ids = 0  # transactional ids forgotten after transactional.id.expiration.ms
+        #: Cluster mode: the __transaction_state partitions this broker coordinates and those
+        #: it is loading. None: a single broker, every partition loaded at start.
+        self.ownership: PartitionOwnership | None = None
 
     # -- life -------------------------------------------------------------------------------------
     def start(self) -> None:
         """Load `__transaction_state` if it exists; finish what a previous run left prepared
-        (markers, then Complete*), and set every loaded id's deadline."""
-        if self.state_log.use_existing():
+        (markers, then Complete*), and set every loaded id's deadline. Following partition
+        leadership, each partition is loaded when this broker becomes its leader instead."""
+        if self.ownership is None and self.state_log.use_existing():
             self.transactions = self.state_log.load()
         self._active = True
+        self._resume(list(self.transactions.values()))
+
+    def _resume(self, loaded: Iterable[TransactionMetadata]) -> None:
+        """Loaded ids: a prepared transaction's markers written and Complete* recorded, every
+        other id's deadline set."""
         now = self._wall_ms()
-        for md in list(self.transactions.values()):
+        for md in loaded:
             if md.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
                 commit = md.state == S.PREPARE_COMMIT
                 logger.info("resuming transaction completion", transactional_id=md.transactional_id,
@@ -173,14 +183,65 @@ class TransactionCoordinator:
             else:
                 self._schedule(md)
 
+    # -- partition leadership (cluster mode) ---------------------------------------------------
+    def follow_partition_leadership(self) -> None:
+        """Coordinate only the ids of the partitions this broker leads (cluster mode):
+        nothing until ``load_partition``; the topic is created through the controller."""
+        self.ownership = PartitionOwnership()
+
+    def coordinator_error(self, transactional_id: str) -> ErrorCode | None:
+        """Kafka's getTransactionState: COORDINATOR_LOAD_IN_PROGRESS while the id's partition
+        is loading, NOT_COORDINATOR when this broker does not lead it."""
+        if self.ownership is None:
+            return None
+        return self.ownership.error(self.partition_for(transactional_id))
+
+    def begin_loading(self, partition: int) -> None:
+        """Kafka's onElection: the partition is this broker's, its ids not yet read."""
+        if self.ownership is not None:
+            self.ownership.begin_loading(partition)
+
+    def load_partition(self, partition: int) -> None:
+        """Kafka's loadTransactionsForTxnTopicPartition: the partition's ids read back from its
+        log (the loader start uses), then served; prepared transactions are completed."""
+        self.begin_loading(partition)
+        self._remove_partition(partition)
+        loaded = self.state_log.load_partition(partition)
+        self.transactions.update(loaded)
+        if self.ownership is not None:
+            self.ownership.loaded(partition)
+        if loaded:
+            logger.info("transactions loaded", partition=partition, transactions=len(loaded))
+        if self._active:
+            self._resume(list(loaded.values()))
+
+    def unload_partition(self, partition: int) -> None:
+        """Kafka's removeTransactionsForTxnTopicPartition: the partition's ids leave this
+        broker with their deadlines and pending markers; a write of theirs still in flight
+        answers NOT_COORDINATOR."""
+        if self.ownership is not None:
+            self.ownership.lost(partition)
+        removed = self._remove_partition(partition)
+        if removed:
+            logger.info("transactions unloaded", partition=partition, transactions=removed)
+
+    def _remove_partition(self, partition: int) -> int:
+        tids = [t for t in self.transactions if self.partition_for(t) == partition]
+        for tid in tids:
+            del self.transactions[tid]
+            self._deadlines.cancel(tid)
+            self._pending_markers.pop(tid, None)
+        return len(tids)
+
     def shutdown(self) -> None:
         self._active = False
         self._pending_markers.clear()
         self._deadlines.cancel_all()
 
     def ensure_topic(self) -> None:
-        """`__transaction_state` exists from the first transactional FindCoordinator on."""
-        if not self.state_log.exists:
+        """`__transaction_state` exists from the first transactional FindCoordinator on (in
+        cluster mode the cluster's topic, created through the controller instead)."""
+        if self.ownership is None and not self.state_log.exists:
             self.state_log.ensure_topic()
 
     def partition_for(self, transactional_id: str) -> int:
@@ -204,6 +265,8 @@ class TransactionCoordinator:
             return completed(InitProducerIdResult(E.INVALID_TRANSACTION_TIMEOUT))
         if not self._active:
             return completed(InitProducerIdResult(E.COORDINATOR_LOAD_IN_PROGRESS))
+        if (moved := self.coordinator_error(transactional_id)) is not None:
+            return completed(InitProducerIdResult(moved))
         self.ensure_topic()
         md = self.transactions.get(transactional_id)
         if md is None:
@@ -482,6 +545,8 @@ class TransactionCoordinator:
             return TransactionDescription(transactional_id, E.COORDINATOR_NOT_AVAILABLE)
         if not transactional_id:
             return TransactionDescription(transactional_id, E.INVALID_REQUEST)
+        if (moved := self.coordinator_error(transactional_id)) is not None:
+            return TransactionDescription(transactional_id, moved)
         md = self.transactions.get(transactional_id)
         if md is None or md.state == S.DEAD:
             return TransactionDescription(transactional_id, E.TRANSACTIONAL_ID_NOT_FOUND)
@@ -588,6 +653,8 @@ class TransactionCoordinator:
     def _lookup(self, tid: str) -> tuple[TransactionMetadata | None, ErrorCode]:
         if not self._active:
             return None, E.COORDINATOR_LOAD_IN_PROGRESS
+        if (moved := self.coordinator_error(tid)) is not None:
+            return None, moved
         md = self.transactions.get(tid)
         return md, (E.NONE if md is not None else E.INVALID_PRODUCER_ID_MAPPING)
 

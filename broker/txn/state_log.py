@@ -152,25 +152,37 @@ class TransactionStateLog:
         loaded: dict[str, TransactionMetadata] = {}
         records = 0
         for index in range(self.num_partitions):
-            partition = self.replica_manager.partitions.get((TOPIC, index))
-            if partition is None:
-                continue
-            for key, value in read_records(partition, partition.log_end_offset):
-                if key is None:
-                    continue
-                tid = read_key(key)
-                if tid is None:
-                    logger.warning("unknown transaction log key version", partition=index)
-                    continue
-                records += 1
-                md = read_value(tid, value)
-                if md is None:
-                    loaded.pop(tid, None)
-                else:
-                    loaded[tid] = md
+            records += self._replay(index, loaded)
         if records:
             logger.info("transaction metadata loaded", records=records, transactions=len(loaded))
         return loaded
+
+    def load_partition(self, index: int) -> dict[str, TransactionMetadata]:
+        """One partition replayed (nothing when it is not here)."""
+        loaded: dict[str, TransactionMetadata] = {}
+        self._replay(index, loaded)
+        return loaded
+
+    def _replay(self, index: int, loaded: dict[str, TransactionMetadata]) -> int:
+        """The partition's records into ``loaded``, in offset order; the count read."""
+        partition = self.replica_manager.partitions.get((TOPIC, index))
+        if partition is None:
+            return 0
+        records = 0
+        for key, value in read_records(partition, partition.log_end_offset):
+            if key is None:
+                continue
+            tid = read_key(key)
+            if tid is None:
+                logger.warning("unknown transaction log key version", partition=index)
+                continue
+            records += 1
+            md = read_value(tid, value)
+            if md is None:
+                loaded.pop(tid, None)
+            else:
+                loaded[tid] = md
+        return records
 
     def append(self, transactional_id: str, value: bytes | None, timeout_ms: int
                ) -> Completion[tuple[ErrorCode, int]]:

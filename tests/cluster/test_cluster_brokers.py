@@ -104,19 +104,27 @@ def consume_all(bootstrap: str, partitions: list[int], count: int) -> list[tuple
     try:
         consumer.assign([TopicPartition(TOPIC, p, 0) for p in partitions])
         got: list[tuple[bytes, bytes]] = []
-        deadline = time.monotonic() + 60
-        while len(got) < count and time.monotonic() < deadline:
-            m = consumer.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                raise KafkaException(m.error())
+        for m in poll_records(consumer, count):
             key, value = m.key(), m.value()
             assert key is not None and value is not None, m
             got.append((key, value))
         return got
     finally:
         consumer.close()
+
+
+def poll_records(consumer: Consumer, count: int, within_s: float = 60) -> list[Any]:
+    """Up to ``count`` records, polled for at most ``within_s``; an error raises."""
+    got: list[Any] = []
+    deadline = time.monotonic() + within_s
+    while len(got) < count and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is None:
+            continue
+        if m.error():
+            raise KafkaException(m.error())
+        got.append(m)
+    return got
 
 
 def test_three_brokers_spread_serve_and_survive_a_kill(three: list[BrokerProcess]) -> None:
