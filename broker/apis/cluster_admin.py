@@ -162,32 +162,15 @@ def create_partitions(cluster: ClusterNode, topics: list[Any], validate_only: bo
     async def work(controller: TopicController) -> CreatePartitionsResponse:
         results = list(refused)
         for t in topics:
-            if t.assignments:
-                result = TopicResult(t.name, ErrorCode.INVALID_REQUEST, "manual assignment of "
-                                     "new partitions is not served in cluster mode yet")
-            elif validate_only:
-                result = _validate_more(cluster, t.name, t.count)
-            else:
-                result = await controller.create_partitions(t.name, t.count)
+            assignments = ([list(a.broker_ids) for a in t.assignments]
+                           if t.assignments is not None else None)
+            result = await controller.create_partitions(t.name, t.count, assignments,
+                                                        validate_only=validate_only)
             results.append(PartitionsResult(name=t.name, error_code=result.error_code,
                                             error_message=result.message))
         return CreatePartitionsResponse(throttle_time_ms=0, results=results)
 
     return _on_controller(cluster, work, not_controller)
-
-
-def _validate_more(cluster: ClusterNode, name: str, count: int) -> TopicResult:
-    topic = cluster.cache.topic(name)
-    if topic is None:
-        return TopicResult(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                           f"The topic '{name}' does not exist.")
-    current = len(topic.partitions)
-    if count <= current:
-        return TopicResult(name, ErrorCode.INVALID_PARTITIONS,
-                           f"The number of partitions for a topic can only be increased. "
-                           f"Topic {name} currently has {current} partitions, {count} would "
-                           f"not be an increase.")
-    return TopicResult(name)
 
 
 # -- DeleteTopics ------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from broker.cluster.placement import (
     RackAwareMode,
     assign_replicas,
     brokers_for_placement,
+    new_partitions_assignment,
     validate_manual_assignment,
 )
 from broker.cluster.store import (
@@ -199,10 +200,13 @@ class TopicController:
             ops.append(Put(state_key(name, p), state.encode()))
         return ops
 
-    async def create_partitions(self, name: str, count: int) -> TopicResult:
+    async def create_partitions(self, name: str, count: int,
+                                assignments: Sequence[Sequence[int]] | None = None, *,
+                                validate_only: bool = False) -> TopicResult:
         """Grow a topic to ``count`` partitions, placed as Kafka's addPartitions: the new
         partitions continue the round robin from the broker leading partition 0, with its
-        replication factor."""
+        replication factor; or on ``assignments`` (one replica list per new partition),
+        checked against the live brokers. ``validate_only``: checked, nothing written."""
         async with self._lock:
             for _ in range(self.max_cas_attempts):
                 kv = await self.store.get(topic_key(name))
@@ -219,9 +223,15 @@ class TopicController:
                         f"increase.")
                 live = self._live()
                 try:
-                    added = self._place_more(topic, count - current)
+                    added = (new_partitions_assignment(topic.partitions, count, assignments,
+                                                       live)
+                             if assignments is not None
+                             else self._place_more(topic, count - current))
                 except PlacementError as e:
                     return TopicResult(name, e.error_code, e.message)
+                if validate_only:
+                    return TopicResult(name, topic_id=topic.topic_id,
+                                       partitions={**topic.partitions, **added})
                 grown = TopicAssignment(name, topic.topic_id, {**topic.partitions, **added})
                 ops: list[Op] = [Put(topic_key(name), grown.encode())]
                 ops += self._initial_states(name, added, live)
