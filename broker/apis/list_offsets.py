@@ -55,10 +55,18 @@ def handle(ctx: ApiContext, request: Request) -> ListOffsetsResponse:
                                    (t.name for t in requested))
         denied = [t for t in requested if t.name not in described]
         requested = [t for t in requested if t.name in described]
+    cluster = ctx.cluster
     for t in requested:
         parts = []
+        not_led = (cluster.not_led(((t.name, p.partition_index) for p in t.partitions),
+                                   ctx.replica_manager.partitions)
+                   if cluster is not None else ())
         for p in t.partitions:
             partition, error = ctx.replica_manager.partition_or_error((t.name, p.partition_index))
+            if (t.name, p.partition_index) in not_led:
+                # A partition of the cluster another broker leads (or none, for now): the
+                # client asks the leader, as Kafka's answer tells it.
+                error = ErrorCode.NOT_LEADER_OR_FOLLOWER
             found: tuple[int, int, int] | None = None
             if partition is not None:
                 error = partition.check_leader_epoch(p.current_leader_epoch)

@@ -36,20 +36,22 @@ NOT_LEADER, LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC = 6, 5, 3
 INVALID_REPLICA_ASSIGNMENT, NOT_CONTROLLER, REQUEST_TIMED_OUT = 39, 41, 7
 
 
-def overrides(etcd: EtcdProcess, prefix: str, node_id: int) -> dict[str, str]:
+def overrides(etcd: EtcdProcess, prefix: str, node_id: int, session_ms: int = SESSION_MS
+              ) -> dict[str, str]:
     return {"node.id": str(node_id), "minibroker.etcd.endpoints": etcd.endpoint,
-            "minibroker.etcd.prefix": prefix, "broker.session.timeout.ms": str(SESSION_MS),
+            "minibroker.etcd.prefix": prefix, "broker.session.timeout.ms": str(session_ms),
             "broker.heartbeat.interval.ms": "500", "num.partitions": "2",
             "log.flush.interval.messages": "1"}
 
 
-def start_three(tmp_path: Path, etcd: EtcdProcess) -> list[BrokerProcess]:
+def start_three(tmp_path: Path, etcd: EtcdProcess, session_ms: int = SESSION_MS
+                ) -> list[BrokerProcess]:
     prefix = f"/test-{uuid.uuid4().hex[:12]}"
     brokers: list[BrokerProcess] = []
     try:
         for node_id in (1, 2, 3):
             brokers.append(BrokerProcess(tmp_path / f"b{node_id}",
-                                         overrides(etcd, prefix, node_id)).start())
+                                         overrides(etcd, prefix, node_id, session_ms)).start())
     except BaseException:
         stop_all(brokers)
         raise
@@ -86,9 +88,39 @@ def all_led(broker: BrokerProcess, topic: str, count: int) -> dict[int, Any] | N
         p.leader_id != -1 and p.error_code == 0 for p in parts.values()) else None
 
 
+RETRIABLE = {NOT_CONTROLLER, REQUEST_TIMED_OUT}
+TOPIC_ALREADY_EXISTS = 36
+
+
+def admin_create(servers: str, name: str, partitions: int, within_s: float = 60) -> None:
+    """CreateTopics through confluent-kafka's admin client, asked again on the retriable
+    errors Kafka's Java admin client retries (librdkafka returns them); a topic that exists
+    after a retry was created by an earlier try whose answer said otherwise."""
+    admin = AdminClient({"bootstrap.servers": servers})
+    deadline = time.monotonic() + within_s
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            admin.create_topics([NewTopic(name, partitions, 1)],
+                                operation_timeout=10)[name].result(30)
+            return
+        except TimeoutError:  # no answer in time (the controller waiting on etcd): again
+            if time.monotonic() > deadline:
+                raise
+        except KafkaException as e:
+            code = e.args[0].code()
+            if code == TOPIC_ALREADY_EXISTS and tries > 1:
+                return
+            if code not in RETRIABLE and not e.args[0].retriable():
+                raise
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.5)
+
+
 def create_topic(brokers: list[BrokerProcess], name: str, partitions: int) -> dict[int, Any]:
-    admin = AdminClient({"bootstrap.servers": bootstrap(brokers)})
-    admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=30)[name].result(60)
+    admin_create(bootstrap(brokers), name, partitions)
     return eventually(lambda: all_led(brokers[0], name, partitions), 20)
 
 
@@ -255,8 +287,7 @@ def test_a_killed_controller_is_replaced_within_the_session_timeout(
     assert elapsed < SESSION_MS / 1000 + 1, elapsed
     assert took_over != controller_id
     # Topic creation works again, through any survivor.
-    admin = AdminClient({"bootstrap.servers": survivors[0].bootstrap})
-    admin.create_topics([NewTopic("after", 2, 1)], operation_timeout=30)["after"].result(60)
+    admin_create(survivors[0].bootstrap, "after", 2)
     parts = eventually(lambda: all_led(survivors[1], "after", 2), 20)
     assert {p.leader_id for p in parts.values()} <= {node_id(b) for b in survivors}
 
@@ -274,6 +305,7 @@ class Load:
         self.consumed: list[tuple[float, bytes]] = []
         self.consumer_errors: list[Any] = []
         self.stop = threading.Event()
+        self.produced = threading.Event()  # stopped, every record acknowledged or failed
         self.threads = [threading.Thread(target=self._produce, daemon=True),
                         threading.Thread(target=self._consume, daemon=True)]
 
@@ -298,17 +330,20 @@ class Load:
                              on_delivery=delivered)
             producer.poll(0.02)
             i += 1
-        assert producer.flush(120) == 0
+        try:
+            assert producer.flush(120) == 0
+        finally:
+            self.produced.set()
 
     def _consume(self) -> None:
         consumer = Consumer({"bootstrap.servers": self.servers, "group.id": "unused",
                              "enable.auto.commit": False, "auto.offset.reset": "earliest"})
         consumer.assign([TopicPartition(self.topic, p, 0) for p in range(self.partitions)])
         try:
-            while not self.stop.is_set() or len(self.consumed) < len(self.acked):
+            while not (self.produced.is_set() and self.caught_up()):
                 m = consumer.poll(0.2)
                 if m is None:
-                    if self.stop.is_set() and time.monotonic() > self.drain_deadline:
+                    if self.produced.is_set() and time.monotonic() > self.drain_deadline:
                         return
                     continue
                 if m.error():
@@ -320,15 +355,24 @@ class Load:
 
     drain_deadline = float("inf")
 
+    def caught_up(self) -> bool:
+        """Every acknowledged value read (by value: retries may have written some twice)."""
+        return {v for _, v in self.acked} <= {v for _, v in self.consumed}
+
     def finish(self) -> None:
-        self.drain_deadline = time.monotonic() + 60
+        if self.stop.is_set():
+            return
+        self.drain_deadline = time.monotonic() + 180
         self.stop.set()
         for t in self.threads:
             t.join(150)
 
 
+OUTAGE_SESSION_MS = 5000  # shorter than the outage; long enough for a loaded machine
+
+
 def test_brokers_serve_through_an_etcd_outage(tmp_path: Path, own_etcd: EtcdProcess) -> None:
-    brokers = start_three(tmp_path, own_etcd)
+    brokers = start_three(tmp_path, own_etcd, OUTAGE_SESSION_MS)
     load: Load | None = None
     try:
         create_topic(brokers, "load", 3)
@@ -338,7 +382,7 @@ def test_brokers_serve_through_an_etcd_outage(tmp_path: Path, own_etcd: EtcdProc
         own_etcd.kill()
         down_at = time.monotonic()
         refusals: set[int] = set()
-        while time.monotonic() - down_at < 10:
+        while time.monotonic() - down_at < 11:
             # What needs etcd answers a retriable error; every broker keeps running.
             for b in brokers:
                 assert b.proc is not None and b.proc.poll() is None, b.log_text()[-3000:]
@@ -346,41 +390,61 @@ def test_brokers_serve_through_an_etcd_outage(tmp_path: Path, own_etcd: EtcdProc
             [t] = metadata_for(brokers[0], ["auto-during"], auto_create=True).topics
             assert t.error_code == LEADER_NOT_AVAILABLE
             time.sleep(1)
-        acked_during = [v for at, v in load.acked if down_at + 3 < at < down_at + 10]
-        consumed_during = [v for at, v in load.consumed if down_at + 3 < at < down_at + 10]
+        past_session = down_at + OUTAGE_SESSION_MS / 1000 + 0.5
+        acked_during = [v for at, v in load.acked if past_session < at < down_at + 10]
+        consumed_during = [v for at, v in load.consumed if past_session < at < down_at + 10]
         assert refusals <= {NOT_CONTROLLER, REQUEST_TIMED_OUT}, refusals
         # Past the session timeout the brokers still lead what they led.
         assert acked_during and consumed_during, (len(acked_during), len(consumed_during))
 
         own_etcd.start()
         back_at = time.monotonic()
-        admin = AdminClient({"bootstrap.servers": bootstrap(brokers)})
-
-        def created() -> bool:
-            try:
-                admin.create_topics([NewTopic("after-outage", 1, 1)],
-                                    operation_timeout=10)["after-outage"].result(15)
-            except KafkaException as e:
-                if e.args[0].code() == 36:  # TOPIC_ALREADY_EXISTS: an earlier try landed
-                    return True
-                return False
-            return True
-
-        eventually(created, 60, step_s=0.5)
+        admin_create(bootstrap(brokers), "after-outage", 1, within_s=60)
         eventually(lambda: all_led(brokers[0], "after-outage", 1), 30)
         [t] = metadata_for(brokers[1], ["auto-during"], auto_create=True).topics
         assert t.error_code in (0, LEADER_NOT_AVAILABLE)
         assert time.monotonic() - back_at < 90
         eventually(lambda: len([1 for at, _ in load.acked if at > time.monotonic() - 1]) > 0,
                    30)
+        load.finish()
+        assert load.failed == [], load.failed[:5]
+        acked = {v for _, v in load.acked}
+        # Read again from the start: everything acknowledged is in the logs.
+        stored = read_everything(bootstrap(brokers), "load", 3)
+        assert acked - stored == set(), sorted(acked - stored)[:10]
+        missed = acked - {v for _, v in load.consumed}
+        assert missed == set(), (len(missed), len(load.consumed), len(load.acked),
+                                 load.consumer_errors[:5])
     finally:
         if load is not None:
             load.finish()
         stop_all(brokers)
-    assert load.failed == [], load.failed[:5]
-    acked = {v for _, v in load.acked}
-    consumed = {v for _, v in load.consumed}
-    assert acked - consumed == set(), sorted(acked - consumed)[:10]
+
+
+def read_everything(servers: str, topic: str, partitions: int) -> set[bytes]:
+    """Every value of the topic, read from offset 0 up to each partition's high watermark."""
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": "unused",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in range(partitions)}
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        values: set[bytes] = set()
+        reached = {p for p, end in ends.items() if end == 0}
+        deadline = time.monotonic() + 60
+        while len(reached) < partitions and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is None or m.error():
+                continue
+            value = m.value()
+            assert value is not None
+            values.add(value)
+            if m.offset() + 1 >= ends[m.partition()]:
+                reached.add(m.partition())
+        assert len(reached) == partitions, (ends, reached)
+        return values
+    finally:
+        consumer.close()
 
 
 def try_create_topic(broker: BrokerProcess, name: str) -> int:
