@@ -349,7 +349,7 @@ class Load:
                 if m.error():
                     self.consumer_errors.append(m.error())
                     continue
-                self.consumed.append((time.monotonic(), m.value()))
+                self.consumed.append((time.monotonic(), m.value() or b""))
         finally:
             consumer.close()
 
@@ -436,11 +436,11 @@ def read_everything(servers: str, topic: str, partitions: int) -> set[bytes]:
             m = consumer.poll(0.5)
             if m is None or m.error():
                 continue
-            value = m.value()
-            assert value is not None
+            value, offset, partition = m.value(), m.offset(), m.partition()
+            assert value is not None and offset is not None and partition is not None
             values.add(value)
-            if m.offset() + 1 >= ends[m.partition()]:
-                reached.add(m.partition())
+            if offset + 1 >= ends[partition]:
+                reached.add(partition)
         assert len(reached) == partitions, (ends, reached)
         return values
     finally:
