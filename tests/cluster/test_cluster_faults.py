@@ -138,47 +138,67 @@ def metadata_for(broker: BrokerProcess, names: list[str], auto_create: bool) -> 
 # -- the wire: leader hints, manual partitions, auto-creation ---------------------------------
 
 def test_leader_hints_manual_partitions_and_auto_creation(three: list[BrokerProcess]) -> None:
-    parts = create_topic(three, "hints", 3)
-    by_id = {node_id(b): b for b in three}
-    leader = parts[0].leader_id
-    other = next(b for b in three if node_id(b) != leader)
-    meta = metadata(three[0])
+    create_topic(three, "hints", 3)
     [topic] = metadata_for(three[0], ["hints"], auto_create=False).topics  # v12: the id
+    by_id = {node_id(b): b for b in three}
 
-    wire = Wire(other.port)
-    try:
-        # Produce v11 to a broker that does not lead the partition: the leader and its endpoint.
-        wire.send(produce_request("hints", record_batch([b"x"]), partition=0, version=11))
-        answer = ProduceAnswer(wire.read_frame(), 11)
-        assert answer.error == NOT_LEADER
-        assert answer.current_leader == (leader, parts[0].leader_epoch)
-        assert answer.endpoints == [(leader, "127.0.0.1", by_id[leader].port)]
-        # Before v10 the fields do not exist: the same refusal without them.
-        wire.send(produce_request("hints", record_batch([b"x"]), partition=0, version=9))
-        old = ProduceAnswer(wire.read_frame(), 9)
-        assert old.error == NOT_LEADER and old.current_leader is None and old.endpoints == []
+    def leader_now() -> tuple[int, int]:
+        p = partitions_of(metadata(three[0]), "hints")[0]
+        return p.leader_id, p.leader_epoch
 
-        # Fetch v16 (topic ids): the same hints.
-        fetch = FetchRequest[16](
-            max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
-            session_epoch=-1, topics=[FetchRequest.FetchTopic(
-                topic_id=topic.topic_id, partitions=[FetchRequest.FetchTopic.FetchPartition(
-                    partition=0, current_leader_epoch=-1, fetch_offset=0,
-                    last_fetched_epoch=-1, log_start_offset=-1,
-                    partition_max_bytes=1 << 20)])],
-            forgotten_topics_data=[], rack_id="")
-        got = wire.request(fetch, FetchResponse)
-        [p] = got.responses[0].partitions
-        assert p.error_code == NOT_LEADER
-        assert (p.current_leader.leader_id, p.current_leader.leader_epoch) == (
-            leader, parts[0].leader_epoch)
-        assert [(n.node_id, n.port) for n in got.node_endpoints] == [
-            (leader, by_id[leader].port)]
-    finally:
-        wire.close()
+    def stable(ask: Any) -> tuple[tuple[int, int], Any]:
+        """``ask()``'s answer with the leader it must name: asked again when leadership
+        moved meanwhile (a session lapse on a loaded machine)."""
+        for _ in range(10):
+            before = leader_now()
+            answer = ask(before[0])
+            if leader_now() == before:
+                return before, answer
+        raise AssertionError("leadership kept moving")
 
-    check_manual_create_partitions(three, meta.controller_id)
-    check_auto_creation(three, meta.controller_id)
+    def produce_to_other(leader: int, version: int = 11) -> ProduceAnswer:
+        other = next(b for b in three if node_id(b) != leader)
+        wire = Wire(other.port)
+        try:
+            wire.send(produce_request("hints", record_batch([b"x"]), partition=0,
+                                      version=version))
+            return ProduceAnswer(wire.read_frame(), version)
+        finally:
+            wire.close()
+
+    def fetch_from_other(leader: int) -> Any:
+        other = next(b for b in three if node_id(b) != leader)
+        wire = Wire(other.port)
+        try:
+            return wire.request(FetchRequest[16](
+                max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+                session_epoch=-1, topics=[FetchRequest.FetchTopic(
+                    topic_id=topic.topic_id, partitions=[FetchRequest.FetchTopic.FetchPartition(
+                        partition=0, current_leader_epoch=-1, fetch_offset=0,
+                        last_fetched_epoch=-1, log_start_offset=-1,
+                        partition_max_bytes=1 << 20)])],
+                forgotten_topics_data=[], rack_id=""), FetchResponse)
+        finally:
+            wire.close()
+
+    # Produce v11 to a broker that does not lead the partition: the leader and its endpoint.
+    (leader, epoch), answer = stable(produce_to_other)
+    assert answer.error == NOT_LEADER
+    assert answer.current_leader == (leader, epoch)
+    assert answer.endpoints == [(leader, "127.0.0.1", by_id[leader].port)]
+    # Before v10 the fields do not exist: the same refusal without them.
+    old = produce_to_other(leader_now()[0], version=9)
+    assert old.error == NOT_LEADER and old.current_leader is None and old.endpoints == []
+
+    # Fetch v16 (topic ids): the same hints.
+    (leader, epoch), got = stable(fetch_from_other)
+    [p] = got.responses[0].partitions
+    assert p.error_code == NOT_LEADER
+    assert (p.current_leader.leader_id, p.current_leader.leader_epoch) == (leader, epoch)
+    assert [(n.node_id, n.port) for n in got.node_endpoints] == [(leader, by_id[leader].port)]
+
+    check_manual_create_partitions(three)
+    check_auto_creation(three)
 
 
 class ProduceAnswer:
@@ -215,8 +235,26 @@ def create_partitions(broker: BrokerProcess, topic: str, count: int,
         wire.close()
 
 
-def check_manual_create_partitions(three: list[BrokerProcess], controller_id: int) -> None:
-    controller = next(b for b in three if node_id(b) == controller_id)
+def controller_of(brokers: list[BrokerProcess]) -> BrokerProcess:
+    return eventually(lambda: next((b for b in brokers
+                                    if node_id(b) == metadata(brokers[0]).controller_id),
+                                   None), 20)
+
+
+def on_controller(brokers: list[BrokerProcess], topic: str, count: int,
+                  assignments: list[list[int]] | None, validate_only: bool = False
+                  ) -> tuple[int, str | None]:
+    """CreatePartitions on the controller, asked again where it moved meanwhile."""
+    for _ in range(10):
+        answer = create_partitions(controller_of(brokers), topic, count, assignments,
+                                   validate_only)
+        if answer[0] != NOT_CONTROLLER:
+            return answer
+        time.sleep(0.5)
+    raise AssertionError("the controller kept moving")
+
+
+def check_manual_create_partitions(three: list[BrokerProcess]) -> None:
     refused = {
         "unknown broker": (5, [[2], [9]]),
         "too few assignments": (5, [[2]]),
@@ -224,21 +262,22 @@ def check_manual_create_partitions(three: list[BrokerProcess], controller_id: in
         "another replication factor": (4, [[1, 2]]),
     }
     for what, (count, assignments) in refused.items():
-        error, message = create_partitions(controller, "hints", count, assignments)
+        error, message = on_controller(three, "hints", count, assignments)
         assert error == INVALID_REPLICA_ASSIGNMENT, (what, error, message)
-    assert create_partitions(controller, "hints", 5, [[2], [3]], validate_only=True)[0] == 0
-    assert len(partitions_of(metadata(controller), "hints")) == 3  # validated, not written
-    assert create_partitions(controller, "hints", 5, [[2], [3]]) == (0, None)
+    assert on_controller(three, "hints", 5, [[2], [3]], validate_only=True)[0] == 0
+    assert len(partitions_of(metadata(three[0]), "hints")) == 3  # validated, not written
+    assert on_controller(three, "hints", 5, [[2], [3]]) == (0, None)
     grown = eventually(lambda: all_led(three[0], "hints", 5), 20)
     assert (grown[3].replica_nodes, grown[4].replica_nodes) == ([2], [3])
+    # Each new partition led by its only replica (in a later epoch if its broker bounced).
     assert (grown[3].leader_id, grown[4].leader_id) == (2, 3)
-    other = next(b for b in three if node_id(b) != controller_id)
+    other = next(b for b in three if b is not controller_of(three))
     assert create_partitions(other, "hints", 6, [[1]])[0] == NOT_CONTROLLER
 
 
-def check_auto_creation(three: list[BrokerProcess], controller_id: int) -> None:
-    other = next(b for b in three if node_id(b) != controller_id)
-    controller = next(b for b in three if node_id(b) == controller_id)
+def check_auto_creation(three: list[BrokerProcess]) -> None:
+    controller = controller_of(three)
+    other = next(b for b in three if b is not controller)
     # Not allowed by the request: unknown, and not created.
     [t] = metadata_for(other, ["never"], auto_create=False).topics
     assert t.error_code == UNKNOWN_TOPIC
