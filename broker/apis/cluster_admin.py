@@ -4,12 +4,15 @@ TopicController (one txn in etcd each), answered once etcd has answered.
 A broker that is not the controller, or stops being it while the request runs
 (ControllerMoved), answers NOT_CONTROLLER for every topic: Kafka's clients then refresh their
 metadata and retry on the controller it names. Validation errors are Kafka's (the placement
-raises Kafka's codes and messages). The handlers authorize first, as in single-node mode.
+raises Kafka's codes and messages). A topic whose write etcd could not take (unreachable, or
+refused) answers REQUEST_TIMED_OUT, which clients retry. CreatePartitions takes a manual
+assignment (checked as Kafka's controller does, ``placement.new_partitions_assignment``). The
+handlers authorize first, as in single-node mode.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import (
@@ -19,12 +22,14 @@ from kafka.protocol.admin import (
 )
 
 from broker.cluster.broker_node import ClusterNode, topic_id_text, topic_uuid
+from broker.cluster.controller import ControllerMoved
 from broker.cluster.placement import (
     PlacementError,
     assign_replicas,
     brokers_for_placement,
     validate_manual_assignment,
 )
+from broker.cluster.store import StoreError
 from broker.cluster.topic_controller import TopicController, TopicResult
 from broker.cluster.topic_state import topic_name_problem
 from broker.metadata.file_store import validate_topic_configs
@@ -43,6 +48,19 @@ PartitionsResult = CreatePartitionsResponse.CreatePartitionsTopicResult
 DeleteResult = DeleteTopicsResponse.DeletableTopicResult
 
 Answer = Any  # a response, or the Completion of one
+
+
+async def _or_timed_out(name: str, call: Awaitable[TopicResult]) -> TopicResult:
+    """The controller's result; REQUEST_TIMED_OUT (retriable) when etcd could not be reached
+    or refused, as Kafka's controller answers what it could not commit in time.
+    ControllerMoved goes on up: NOT_CONTROLLER for the whole request."""
+    try:
+        return await call
+    except ControllerMoved:
+        raise
+    except StoreError as e:
+        return TopicResult(name, ErrorCode.REQUEST_TIMED_OUT,
+                           f"The cluster metadata could not be written: {e}")
 
 
 def _on_controller(cluster: ClusterNode, work: Callable[[TopicController], Any],
@@ -81,8 +99,8 @@ async def _create_one(ctx: ApiContext, cluster: ClusterNode, controller: TopicCo
     if validate_only:
         result = _validate_new_topic(cluster, controller, t.name, partitions, rf, assignment)
     else:
-        result = await controller.create_topic(t.name, partitions, rf, configs=configs,
-                                               assignment=assignment)
+        result = await _or_timed_out(t.name, controller.create_topic(
+            t.name, partitions, rf, configs=configs, assignment=assignment))
     if not result.ok:
         return _create_error(t.name, result.error_code, result.message)
     topic_id = topic_uuid(result.topic_id) if result.topic_id else None
@@ -162,32 +180,15 @@ def create_partitions(cluster: ClusterNode, topics: list[Any], validate_only: bo
     async def work(controller: TopicController) -> CreatePartitionsResponse:
         results = list(refused)
         for t in topics:
-            if t.assignments:
-                result = TopicResult(t.name, ErrorCode.INVALID_REQUEST, "manual assignment of "
-                                     "new partitions is not served in cluster mode yet")
-            elif validate_only:
-                result = _validate_more(cluster, t.name, t.count)
-            else:
-                result = await controller.create_partitions(t.name, t.count)
+            assignments = ([list(a.broker_ids) for a in t.assignments]
+                           if t.assignments is not None else None)
+            result = await _or_timed_out(t.name, controller.create_partitions(
+                t.name, t.count, assignments, validate_only=validate_only))
             results.append(PartitionsResult(name=t.name, error_code=result.error_code,
                                             error_message=result.message))
         return CreatePartitionsResponse(throttle_time_ms=0, results=results)
 
     return _on_controller(cluster, work, not_controller)
-
-
-def _validate_more(cluster: ClusterNode, name: str, count: int) -> TopicResult:
-    topic = cluster.cache.topic(name)
-    if topic is None:
-        return TopicResult(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                           f"The topic '{name}' does not exist.")
-    current = len(topic.partitions)
-    if count <= current:
-        return TopicResult(name, ErrorCode.INVALID_PARTITIONS,
-                           f"The number of partitions for a topic can only be increased. "
-                           f"Topic {name} currently has {current} partitions, {count} would "
-                           f"not be an increase.")
-    return TopicResult(name)
 
 
 # -- DeleteTopics ------------------------------------------------------------------------------
@@ -208,7 +209,7 @@ def delete_topics(cluster: ClusterNode, names: list[str], done: list[Any]) -> An
         results = list(done)
         for name in names:
             topic_id = _id_of(cluster, name)
-            result = await controller.delete_topic(name)
+            result = await _or_timed_out(name, controller.delete_topic(name))
             results.append(DeleteResult(name=name, topic_id=topic_id,
                                         error_code=result.error_code,
                                         error_message=result.message))

@@ -6,8 +6,14 @@ Every live broker is listed with its advertised endpoint of the listener the req
 (a broker without that listener is left out, as Kafka's getAliveBrokerNodes does). A
 partition whose leader is -1, or not live now, answers LEADER_NOT_AVAILABLE with leader -1;
 one with a replica on a broker not live answers REPLICA_NOT_AVAILABLE (Kafka's
-getPartitionMetadata), with its offline replicas. Auto-creation is not forwarded to the
-controller yet: an unknown topic answers UNKNOWN_TOPIC_OR_PARTITION.
+getPartitionMetadata), with its offline replicas.
+
+An unknown topic is auto-created as Kafka does (``auto.create.topics.enable`` and the
+request's allow_auto_topic_creation from v4, CREATE on the cluster or the topic when ACLs are
+on): the controller creates it (``ClusterNode.auto_create_topic``) and the topic answers
+LEADER_NOT_AVAILABLE until the cache has it, or at once the error Kafka's placement gives
+(INVALID_REPLICATION_FACTOR with too few brokers, INVALID_TOPIC_EXCEPTION for a bad name).
+The internal topics are left to their coordinators.
 """
 
 from __future__ import annotations
@@ -16,9 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.metadata import MetadataResponse
 
-from broker.apis.authorize import allowed, authorized_ops, cluster_ops
+from broker.apis.add_partitions_to_txn import INTERNAL_TOPICS
+from broker.apis.authorize import allowed, authorized_ops, cluster_allowed, cluster_ops
 from broker.cluster.broker_node import ClusterNode, topic_id_text, topic_uuid
 from broker.cluster.metadata_cache import TopicMetadata
+from broker.cluster.topic_state import topic_name_problem
 from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 from protocol.templates import MetadataTopics, PackedMetadataResponse
@@ -52,7 +60,8 @@ def metadata(ctx: ApiContext, request: Request, cluster: ClusterNode) -> PackedM
             if key in seen:
                 continue  # Kafka answers a topic named twice once
             seen.add(key)
-            topics.append(_requested(ctx, request, cluster, name, topic_id, ops))
+            topics.append(_requested(ctx, request, cluster, name, topic_id, ops,
+                                     _may_auto_create(ctx, request)))
     listener = request.connection.session.listener
     brokers = [Broker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
                for b in cache.live_brokers(listener)]
@@ -67,8 +76,15 @@ def metadata(ctx: ApiContext, request: Request, cluster: ClusterNode) -> PackedM
     }, [MetadataTopics(topics)])
 
 
+def _may_auto_create(ctx: ApiContext, request: Request) -> bool:
+    """Kafka's allowAutoTopicCreation: the broker's key and the request's flag (v4+)."""
+    if not ctx.config["auto.create.topics.enable"]:
+        return False
+    return request.version < 4 or bool(request.body.allow_auto_topic_creation)
+
+
 def _requested(ctx: ApiContext, request: Request, cluster: ClusterNode, name: str | None,
-               topic_id: Any, ops: bool) -> Any:
+               topic_id: Any, ops: bool, auto_create: bool) -> Any:
     cache = cluster.cache
     on = ctx.authorizer.enabled
     if name is None:
@@ -83,8 +99,25 @@ def _requested(ctx: ApiContext, request: Request, cluster: ClusterNode, name: st
         return _error(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     t = cache.topic(name)
     if t is None:
-        return _error(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return _unknown(ctx, request, cluster, name, auto_create)
     return _topic(ctx, request, cluster, t, ops)
+
+
+def _unknown(ctx: ApiContext, request: Request, cluster: ClusterNode, name: str,
+             auto_create: bool) -> Any:
+    """A name the cluster has no topic of: created if allowed (Kafka's
+    AutoTopicCreationManager), else UNKNOWN_TOPIC_OR_PARTITION (INVALID_TOPIC_EXCEPTION for a
+    name no topic can have)."""
+    if not auto_create or name in INTERNAL_TOPICS:
+        invalid = topic_name_problem(name) is not None
+        return _error(name, ErrorCode.INVALID_TOPIC_EXCEPTION if invalid
+                      else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    if ctx.authorizer.enabled and not (
+            cluster_allowed(ctx, request, AclOperation.CREATE, log_if_denied=False)
+            or allowed(ctx, request, AclOperation.CREATE, TOPIC, name)):
+        return _error(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    return _error(name, cluster.auto_create_topic(name, ctx.config["num.partitions"],
+                                                  ctx.config["default.replication.factor"]))
 
 
 def _topic(ctx: ApiContext, request: Request, cluster: ClusterNode, t: TopicMetadata,

@@ -15,6 +15,7 @@ from kafka.protocol.admin import CreateTopicsResponse
 
 from broker.apis import cluster_admin
 from broker.apis.authorize import cluster_allowed, filter_allowed
+from broker.cluster.placement import PlacementError, validate_manual_assignment
 from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode, KafkaError
 
@@ -114,36 +115,9 @@ def _manual_assignment(t: Any, node_id: int) -> int:
     """Kafka's checks on a manual assignment (ReplicationControlManager.createTopic), in its
     order and words; this broker is the only one registered. Returns the partition count."""
     cluster_admin.check_manual_shape(t)
-    seen: set[int] = set()
-    replication_factor: int | None = None
-    for a in t.assignments:
-        if a.partition_index in seen:
-            raise _bad_assignment("Found multiple manual partition assignments for partition "
-                                  f"{a.partition_index}")
-        seen.add(a.partition_index)
-        _check_replicas(list(a.broker_ids), node_id, replication_factor)
-        replication_factor = len(a.broker_ids)
-    if sorted(seen) != list(range(len(seen))):
-        raise _bad_assignment("partitions should be a consecutive 0-based integer sequence")
-    return len(seen)
-
-
-def _check_replicas(replicas: list[int], node_id: int, replication_factor: int | None) -> None:
-    if not replicas:
-        raise _bad_assignment("The manual partition assignment includes an empty replica list.")
-    for broker in replicas:
-        if broker != node_id:
-            raise _bad_assignment(f"The manual partition assignment includes broker {broker}, "
-                                  "but no such broker is registered.")
-    if len(replicas) > 1:
-        raise _bad_assignment(f"The manual partition assignment includes the broker "
-                              f"{node_id} more than once.")
-    if replication_factor is not None and len(replicas) != replication_factor:
-        raise _bad_assignment(
-            f"The manual partition assignment includes a partition with {len(replicas)} "
-            f"replica(s), but this is not consistent with previous partitions, which have "
-            f"{replication_factor} replica(s).")
-
-
-def _bad_assignment(message: str) -> KafkaError:
-    return KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, message)
+    try:
+        placed = validate_manual_assignment(
+            ((a.partition_index, list(a.broker_ids)) for a in t.assignments), {node_id})
+    except PlacementError as e:
+        raise KafkaError(e.error_code, e.message) from None
+    return len(placed)

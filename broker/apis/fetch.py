@@ -12,8 +12,10 @@ epoch (v9+, kept by the session for the partitions an incremental fetch leaves o
 checked) is older than the partition's answers FENCED_LEADER_EPOCH, newer
 UNKNOWN_LEADER_EPOCH, checked by the ReplicaManager on every read, a parked fetch's too, as
 Kafka's Partition.fetchRecords and DelayedFetch check it. In cluster mode a partition of the
-cluster this broker does not lead answers NOT_LEADER_OR_FOLLOWER (the v12+ CurrentLeader and
-v16 NodeEndpoints tagged fields are not encoded yet); topic ids are the cluster's.
+cluster this broker does not lead answers NOT_LEADER_OR_FOLLOWER; topic ids are the cluster's.
+From v16 a partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH names its current
+leader (CurrentLeader) and the answer lists the leaders' endpoints (NodeEndpoints), as Kafka's
+handleFetchRequest does from that version.
 A fetch from a replica (ReplicaId, or v15+ ReplicaState, >= 0) needs CLUSTER_ACTION on the
 cluster instead of READ on its topics and is served by the ReplicaManager as a follower's
 (docs/replication.md).
@@ -24,7 +26,14 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from kafka.protocol.consumer import FetchResponse
+
 from broker.apis.authorize import cluster_allowed, filter_allowed
+from broker.apis.current_leader import (
+    FETCH_CURRENT_LEADER_VERSION,
+    FETCH_LEADER_ERRORS,
+    current_leaders,
+)
 from broker.cluster.broker_node import topic_id_text
 from broker.replica.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, CachedPartition, FetchSession
 from broker.replica.replica_manager import FetchResult, PartitionFetch
@@ -38,6 +47,8 @@ if TYPE_CHECKING:
 
 API_KEY = 1  # Fetch
 VERSIONS = range(4, 17)
+
+LeaderIdAndEpoch = FetchResponse.FetchableTopicResponse.PartitionData.LeaderIdAndEpoch
 
 ZSTD_FETCH_VERSION = 10  # the first Fetch version whose clients can read zstd
 
@@ -80,8 +91,40 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
                                                  replica_epoch=replica_epoch)
     # What the answer needs waits with a parked fetch in one partial: no closure (a function
     # and a cell per name), no empty dict of refusals, nothing of the decoded request.
+    if version >= FETCH_CURRENT_LEADER_VERSION:
+        return results.then(partial(_respond_naming_leaders, ctx, request, wanted,
+                                    refused or None, session_id, incremental))
     return results.then(partial(_respond, wanted, refused or None, version, session_id,
                                 incremental))
+
+
+def _respond_naming_leaders(ctx: ApiContext, request: Request, wanted: list[CachedPartition],
+                            refused: dict[int, ErrorCode] | None, session_id: int,
+                            incremental: bool, results: list[FetchResult]
+                            ) -> PackedFetchResponse:
+    """v16+: the answer, each partition refused for leadership naming its current leader."""
+    response = _respond(wanted, refused, request.version, session_id, incremental, results)
+    if not any(p[1] in FETCH_LEADER_ERRORS for _, partitions in response.topics
+               for p in partitions):
+        return response
+    names = {(w.topic_id, w.index): w.topic for w in wanted}
+    refused_tps = [(names.get((key, p[0])), p[0]) for key, partitions in response.topics
+                   for p in partitions if p[1] in FETCH_LEADER_ERRORS]
+    found = current_leaders(ctx, request, [(name, index) for name, index in refused_tps
+                                           if name is not None])
+    message = response.message  # from now on what is sent
+    for topic in message.responses:
+        for p in topic.partitions:
+            name = names.get((topic.topic_id, p.partition_index))
+            leader = found.leaders.get((name, p.partition_index)) if name else None
+            if p.error_code in FETCH_LEADER_ERRORS:
+                p.current_leader = LeaderIdAndEpoch(
+                    leader_id=leader[0] if leader else -1,
+                    leader_epoch=leader[1] if leader else -1)
+    message.node_endpoints = [
+        FetchResponse.NodeEndpoint(node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
+        for e in found.endpoints]
+    return response
 
 
 def _respond(wanted: list[CachedPartition], refused: dict[int, ErrorCode] | None, version: int,

@@ -56,14 +56,18 @@ def handle(ctx: ApiContext, request: Request) -> ListOffsetsResponse:
                                    (t.name for t in requested))
         denied = [t for t in requested if t.name not in described]
         requested = [t for t in requested if t.name in described]
+    cluster = ctx.cluster
     for t in requested:
         parts = []
+        not_led = (cluster.not_led(((t.name, p.partition_index) for p in t.partitions),
+                                   ctx.replica_manager.partitions)
+                   if cluster is not None else ())
         for p in t.partitions:
-            tp = (t.name, p.partition_index)
-            partition, error = ctx.replica_manager.partition_or_error(tp)
-            if partition is None and ctx.cluster is not None and ctx.cluster.not_led(
-                    [tp], ctx.replica_manager.partitions):
-                error = ErrorCode.NOT_LEADER_OR_FOLLOWER  # the cluster's, led elsewhere
+            partition, error = ctx.replica_manager.partition_or_error((t.name, p.partition_index))
+            if (t.name, p.partition_index) in not_led:
+                # A partition of the cluster another broker leads (or none, for now): the
+                # client asks the leader, as Kafka's answer tells it.
+                error = ErrorCode.NOT_LEADER_OR_FOLLOWER
             found: tuple[int, int, int] | None = None
             if partition is not None:
                 error = partition.check_leader_epoch(p.current_leader_epoch)

@@ -8,17 +8,23 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED without one, or without WRITE on it); the 
 then checks each partition is in the transaction. With ACLs on, each topic needs WRITE
 (TOPIC_AUTHORIZATION_FAILED for its partitions, nothing appended); with them off the only
 cost is one attribute test. In cluster mode a partition of the cluster this broker does not
-lead answers NOT_LEADER_OR_FOLLOWER (the v10+ CurrentLeader and NodeEndpoints tagged fields
-are not encoded yet: the client refreshes its metadata instead).
+lead answers NOT_LEADER_OR_FOLLOWER; from v10 such a partition names its current leader
+(CurrentLeader) and the answer lists the leaders' endpoints (NodeEndpoints), as Kafka does.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 from kafka.protocol.producer import ProduceResponse
 
 from broker.apis.authorize import allowed, filter_allowed
+from broker.apis.current_leader import (
+    PRODUCE_CURRENT_LEADER_VERSION,
+    PRODUCE_LEADER_ERRORS,
+    current_leaders,
+)
 from broker.replica.replica_manager import ProduceResult, ProduceResults
 from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
@@ -71,14 +77,40 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
                                    for tp in not_led}}
             entries = [(tp, r) for tp, r in entries if tp not in not_led]
             if not entries:
-                return None if req.acks == 0 else _response(denied)
+                return None if req.acks == 0 else _answer(ctx, request, denied)
     results = ctx.replica_manager.append_records(entries, request.version, req.acks,
                                                  req.timeout_ms, transactional_id=tid)
     if req.acks == 0:
         return None
     if denied:
-        return results.then(lambda r: _response({**r, **denied}))
+        return results.then(lambda r: _answer(ctx, request, {**r, **denied}))
+    if ctx.cluster is not None and request.version >= PRODUCE_CURRENT_LEADER_VERSION:
+        # Leadership may move while the request waits: the answer may need the new leader.
+        return results.then(partial(_answer, ctx, request))
     return results.then(_response)
+
+
+def _answer(ctx: ApiContext, request: Request, results: ProduceResults
+            ) -> ProduceResponse | SinglePartitionProduceResponse:
+    """The answer; from v10 a partition refused NOT_LEADER_OR_FOLLOWER names its current
+    leader and the answer carries the leaders' endpoints (Kafka's handleProduceRequest)."""
+    if request.version < PRODUCE_CURRENT_LEADER_VERSION:
+        return _response(results)
+    refused = [tp for tp, r in results.items() if r.error in PRODUCE_LEADER_ERRORS]
+    if not refused:
+        return _response(results)
+    found = current_leaders(ctx, request, refused)
+    response = _full_response(results)
+    for topic in response.responses:
+        for p in topic.partition_responses:
+            leader = found.leaders.get((topic.name, p.index))
+            if leader is not None:
+                p.current_leader = PartitionResponse.LeaderIdAndEpoch(
+                    leader_id=leader[0], leader_epoch=leader[1])
+    response.node_endpoints = [
+        ProduceResponse.NodeEndpoint(node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
+        for e in found.endpoints]
+    return response
 
 
 def _refuse_all(entries: list, acks: int) -> ProduceResponse | None:
@@ -101,6 +133,10 @@ def _response(results: ProduceResults) -> ProduceResponse | SinglePartitionProdu
             return SinglePartitionProduceResponse(
                 topic, index, r.error, r.base_offset if r.error == ErrorCode.NONE else -1,
                 r.log_append_time, r.log_start_offset)
+    return _full_response(results)
+
+
+def _full_response(results: ProduceResults) -> ProduceResponse:
     by_topic: dict[str, list[PartitionResponse]] = {}
     for (topic, index), r in results.items():
         by_topic.setdefault(topic, []).append(

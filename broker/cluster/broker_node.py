@@ -28,6 +28,7 @@ import structlog
 
 from broker.cluster.controller import ControllerContext, ControllerMoved, decode_controller
 from broker.cluster.isr_writer import StoreIsrWriter
+from broker.cluster.lease_keeper import lost_unreachable
 from broker.cluster.liveness import BrokerLivenessView
 from broker.cluster.membership import ClusterMembership, open_etcd_store
 from broker.cluster.metadata_cache import ClusterMetadataCache, TopicMetadata
@@ -37,10 +38,16 @@ from broker.cluster.partition_watcher import (
     PartitionStateWatcher,
 )
 from broker.cluster.paths import CONTROLLER, CONTROLLER_EPOCH
+from broker.cluster.placement import PlacementError
 from broker.cluster.registration import BrokerInfo
 from broker.cluster.settings import ClusterSettings
 from broker.cluster.store import Lease, MetadataStore, StoreError, cancel_and_wait
-from broker.cluster.topic_controller import ControllerDuties, TopicController
+from broker.cluster.topic_controller import (
+    ControllerDuties,
+    TopicController,
+    plan_topic,
+    propose_topic,
+)
 from broker.cluster.topic_state import MalformedMetadata, config_key, decode_topic_config
 from broker.log.config import LogConfig
 from broker.log.manager import LogManager
@@ -96,7 +103,7 @@ class ClusterNode:
         self.watcher: PartitionStateWatcher | None = None
         self.replicas: ClusterReplicas | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._creating: set[str] = set()  # internal topics being created
+        self._creating: set[str] = set()  # topics being created (internal or auto-created)
         self._stopped = False
 
     @property
@@ -267,6 +274,45 @@ class ClusterNode:
                                     epoch_kv.mod_revision)
         return TopicController(context, self.view)
 
+    # -- topic auto-creation -------------------------------------------------------------------
+
+    def auto_create_topic(self, name: str, partitions: int, replication_factor: int
+                          ) -> ErrorCode:
+        """Kafka's topic auto-creation from Metadata: the controller creates the topic (this
+        broker's own topic controller when it is the controller, else through the store:
+        ``propose_topic``, which the controller completes). The answer for the topic now:
+        a placement Kafka refuses at once, else LEADER_NOT_AVAILABLE (the client asks again
+        until the partitions have leaders)."""
+        try:
+            placed = plan_topic(self.view, name, partitions, replication_factor)
+        except PlacementError as e:
+            return e.error_code
+        if name not in self._creating:
+            self._creating.add(name)
+            self._spawn(self._auto_create(name, partitions, replication_factor, placed))
+        return ErrorCode.LEADER_NOT_AVAILABLE
+
+    async def _auto_create(self, name: str, partitions: int, replication_factor: int,
+                           placed: dict[int, list[int]]) -> None:
+        try:
+            controller = self.controller
+            if controller is not None:
+                try:
+                    result = await controller.create_topic(name, partitions, replication_factor)
+                    if not result.ok and result.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                        logger.warning("topic auto-creation refused", topic=name,
+                                       error=result.error_code.name, message=result.message)
+                    return
+                except ControllerMoved:
+                    pass  # no longer the controller: propose it to the next one
+            await propose_topic(self.store, name, placed)
+        except StoreError as e:  # the client asks again; so does this, then
+            logger.warning("topic auto-creation failed", topic=name, error=str(e))
+        except Exception:
+            logger.exception("topic auto-creation failed", topic=name)
+        finally:
+            self._creating.discard(name)
+
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work, name="cluster-admin")
         self._tasks.add(task)
@@ -292,6 +338,8 @@ class ClusterReplicas:
         self.log_config = log_config
         #: the partitions this broker leads: leader epoch by partition.
         self.led: dict[TopicPartition, int] = {}
+        #: those of them of which this broker is the only replica.
+        self.sole_replica: set[TopicPartition] = set()
         self._configs: dict[str, dict[str, str]] = {}  # by topic id
         self._queue: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
@@ -337,10 +385,18 @@ class ClusterReplicas:
         return None  # the controller gives this broker's partitions new leader epochs
 
     def broker_lost(self, epoch: int, reason: str) -> None:
-        """Another broker may lead these partitions soon: stop serving them now."""
+        """Another broker may lead these partitions soon: stop serving them now. Except, when
+        the store could not be reached (etcd down, or this broker cut off from it), the
+        partitions of which this broker is the only replica: no other broker can be made
+        their leader, so they are served on (Kafka's brokers kept serving while ZooKeeper was
+        away) until the controller, once the store is back, says otherwise."""
+        keep = self.sole_replica if lost_unreachable(reason) else set()
         for tp in list(self.led):
-            self._unserve(tp, not_leader=True)
-        logger.warning("stopped leading: registration lost", broker_epoch=epoch, reason=reason)
+            if tp not in keep:
+                self._unserve(tp, not_leader=True)
+        kept = sum(1 for tp in self.led if tp in keep)
+        logger.warning("stopped leading: registration lost", broker_epoch=epoch, reason=reason,
+                       still_leading=kept)
 
     # -- the transitions -----------------------------------------------------------------------
 
@@ -374,6 +430,10 @@ class ClusterReplicas:
         self.led[tp] = p.leader_epoch
         if previous != p.leader_epoch:
             self._tell(lambda listener: listener.became_leader(tp, p.leader_epoch))
+        if list(p.replicas) == [p.leader]:
+            self.sole_replica.add(tp)
+        else:
+            self.sole_replica.discard(tp)
         logger.info("leading partition", topic=p.topic, partition=p.partition,
                     leader_epoch=p.leader_epoch)
 
@@ -394,6 +454,7 @@ class ClusterReplicas:
         """Not served any more (parked requests on it answered now, NOT_LEADER_OR_FOLLOWER
         when another broker leads it); its log stays."""
         removed = self.replica_manager.remove_partition(tp, not_leader=not_leader) is not None
+        self.sole_replica.discard(tp)
         if self.led.pop(tp, None) is not None:
             self._tell(lambda listener: listener.stopped_leading(tp))
         return removed

@@ -33,6 +33,18 @@ from purgatory.clock import Clock
 
 logger = structlog.get_logger("broker.cluster")
 
+#: How a loss for want of a refresh (the store could not be reached for a TTL) is worded:
+#: the store may be down for everyone and the lease still alive in it (etcd renews every
+#: lease when it comes back), unlike a loss the store itself reported.
+UNREACHABLE_LOSS = "no refresh answered for the lease's TTL"
+
+
+def lost_unreachable(reason: str) -> bool:
+    """Whether a loss was reported because the store could not be reached (not because the
+    store said the lease is gone)."""
+    return reason.startswith(UNREACHABLE_LOSS)
+
+
 #: Retry a failed refresh this often (as a fraction of the TTL), at least every RETRY_MIN_MS.
 RETRY_FRACTION = 0.1
 RETRY_MIN_MS = 50.0
@@ -114,7 +126,7 @@ class LeaseKeeper:
             await sleep_until(self.clock, next_at)
             now = self.clock.time()
             if now >= self.expires_at_ms:
-                self._lose(f"no refresh answered for the lease's TTL of {self.lease.ttl} s")
+                self._lose(f"{UNREACHABLE_LOSS} of {self.lease.ttl} s")
                 return
             ttl = await self._refresh(now)
             if ttl is None:

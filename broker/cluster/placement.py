@@ -175,13 +175,15 @@ def rack_alternated(racks: Mapping[int, str]) -> list[int]:
 
 
 def validate_manual_assignment(
-    assignments: Iterable[tuple[int, Sequence[int]]], registered: Collection[int]
+    assignments: Iterable[tuple[int, Sequence[int]]], registered: Collection[int],
+    replication_factor: int | None = None,
 ) -> dict[int, list[int]]:
     """A CreateTopics manual assignment checked as Kafka's controller checks it
     (ReplicationControlManager: each partition once, replicas non-empty, registered and
-    distinct, one replication factor, partitions 0..n-1); ``{partition: replicas}``."""
+    distinct, one replication factor, partitions 0..n-1); ``{partition: replicas}``.
+    ``replication_factor``: the one every partition must have (the topic's, when partitions
+    are added to it)."""
     out: dict[int, list[int]] = {}
-    replication_factor: int | None = None
     for partition, replicas in assignments:
         if partition in out:
             raise _bad_assignment(
@@ -192,6 +194,24 @@ def validate_manual_assignment(
     if sorted(out) != list(range(len(out))):
         raise _bad_assignment("partitions should be a consecutive 0-based integer sequence")
     return dict(sorted(out.items()))
+
+
+def new_partitions_assignment(
+    existing: Mapping[int, Sequence[int]], count: int, assignments: Sequence[Sequence[int]],
+    registered: Collection[int],
+) -> dict[int, list[int]]:
+    """A CreatePartitions manual assignment for a topic with ``existing`` partitions grown to
+    ``count``, checked as Kafka's controller checks it (ReplicationControlManager.
+    createPartitions: one assignment per new partition, then each as a manual assignment with
+    the replication factor of the topic's first partition); the new partitions' replicas,
+    numbered on from the existing ones."""
+    added = count - len(existing)
+    if len(assignments) != added:
+        raise _bad_assignment(f"Attempted to add {added} additional partition(s), but only "
+                              f"{len(assignments)} assignment(s) were specified.")
+    first = existing[min(existing)]
+    placed = validate_manual_assignment(enumerate(assignments), registered, len(first))
+    return {len(existing) + p: replicas for p, replicas in placed.items()}
 
 
 def _check_replicas(replicas: list[int], registered: Collection[int],

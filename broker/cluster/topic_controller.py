@@ -35,16 +35,22 @@ from broker.cluster.placement import (
     RackAwareMode,
     assign_replicas,
     brokers_for_placement,
+    new_partitions_assignment,
     validate_manual_assignment,
 )
+from broker.cluster.prefix_follower import PrefixFollower
 from broker.cluster.store import (
     Compare,
     Delete,
+    EventType,
     Get,
     KeyValue,
+    Listing,
+    MetadataStore,
     Op,
     Put,
     StoreError,
+    WatchEvent,
 )
 from broker.cluster.topic_state import (
     NO_LEADER,
@@ -61,6 +67,7 @@ from broker.cluster.topic_state import (
     new_topic_id,
     parse_state_key,
     parse_topic_key,
+    partitions_prefix,
     state_key,
     topic_key,
     topic_name_problem,
@@ -199,10 +206,13 @@ class TopicController:
             ops.append(Put(state_key(name, p), state.encode()))
         return ops
 
-    async def create_partitions(self, name: str, count: int) -> TopicResult:
+    async def create_partitions(self, name: str, count: int,
+                                assignments: Sequence[Sequence[int]] | None = None, *,
+                                validate_only: bool = False) -> TopicResult:
         """Grow a topic to ``count`` partitions, placed as Kafka's addPartitions: the new
         partitions continue the round robin from the broker leading partition 0, with its
-        replication factor."""
+        replication factor; or on ``assignments`` (one replica list per new partition),
+        checked against the live brokers. ``validate_only``: checked, nothing written."""
         async with self._lock:
             for _ in range(self.max_cas_attempts):
                 kv = await self.store.get(topic_key(name))
@@ -219,9 +229,15 @@ class TopicController:
                         f"increase.")
                 live = self._live()
                 try:
-                    added = self._place_more(topic, count - current)
+                    added = (new_partitions_assignment(topic.partitions, count, assignments,
+                                                       live)
+                             if assignments is not None
+                             else self._place_more(topic, count - current))
                 except PlacementError as e:
                     return TopicResult(name, e.error_code, e.message)
+                if validate_only:
+                    return TopicResult(name, topic_id=topic.topic_id,
+                                       partitions={**topic.partitions, **added})
                 grown = TopicAssignment(name, topic.topic_id, {**topic.partitions, **added})
                 ops: list[Op] = [Put(topic_key(name), grown.encode())]
                 ops += self._initial_states(name, added, live)
@@ -240,6 +256,37 @@ class TopicController:
         start = next((i for i, b in enumerate(brokers) if b.id >= first[0]), 0)
         return assign_replicas(brokers, more, len(first), start_index=start,
                                start_partition_id=len(topic.partitions))
+
+    async def initialize_partitions(self, name: str) -> list[int]:
+        """Give the topic's partitions that have no state yet their first state (Kafka's
+        onNewPartitionCreation, for a topic another broker wrote: ``propose_topic``); the
+        partitions initialized. Nothing when the topic is gone or every state exists."""
+        async with self._lock:
+            key = topic_key(name)
+            read = await self.store.txn([], [Get(key), Get(partitions_prefix(name),
+                                                         prefix=True)])
+            topic_kvs, state_kvs = read.responses
+            assert isinstance(topic_kvs, list) and isinstance(state_kvs, list)
+            if not topic_kvs:
+                return []
+            try:
+                topic = TopicAssignment.decode(name, topic_kvs[0].value)
+            except MalformedMetadata as e:
+                self.malformed.report(topic_kvs[0], e)
+                return []
+            have = {tp[1] for kv in state_kvs if (tp := parse_state_key(kv.key)) is not None}
+            missing = {p: r for p, r in topic.partitions.items() if p not in have}
+            if not missing:
+                return []
+            compares = [Compare.create_revision(key, "==", topic_kvs[0].create_revision)]
+            compares += [Compare.absent(state_key(name, p)) for p in missing]
+            result = await self.context.txn(compares,
+                                            self._initial_states(name, missing, self._live()))
+            if not result.succeeded:
+                return []  # re-created or initialized meanwhile: its next event says
+            logger.info("new partitions initialized", topic=name, partitions=sorted(missing),
+                        epoch=self.context.epoch)
+            return sorted(missing)
 
     async def delete_topic(self, name: str) -> TopicResult:
         """Remove the topic's assignment, configs and partition states in one txn.
@@ -357,6 +404,72 @@ class TopicController:
         return snapshot
 
 
+def plan_topic(liveness: BrokerLivenessView, name: str, partitions: int,
+               replication_factor: int, rack_aware_mode: RackAwareMode = RackAwareMode.SAFE,
+               rng: random.Random | None = None) -> dict[int, list[int]]:
+    """A new topic's placement over the brokers ``liveness`` sees (what a ZooKeeper-era broker
+    computed before writing an auto-created topic's znode). Raises ``PlacementError``, with
+    INVALID_TOPIC_EXCEPTION for a name Kafka refuses."""
+    problem = topic_name_problem(name)
+    if problem is not None:
+        raise PlacementError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
+    brokers = brokers_for_placement(liveness.placement_brokers(), rack_aware_mode)
+    return assign_replicas(brokers, partitions, replication_factor, rng=rng)
+
+
+async def propose_topic(store: MetadataStore, name: str, placed: Mapping[int, list[int]],
+                        configs: Mapping[str, str] | None = None) -> bool:
+    """Write a new topic's assignment and configs, without partition states, if no topic of
+    that name exists: what Kafka's AdminZkClient did on any broker. The controller sees the
+    topic (``NewTopicFollower``) and gives its partitions their first state. False: the
+    topic exists already."""
+    topic = TopicAssignment(name, new_topic_id(), dict(placed))
+    result = await store.txn([Compare.absent(topic_key(name))],
+                             [Put(topic_key(name), topic.encode()),
+                              Put(config_key(name), encode_topic_config(configs or {}))])
+    if result.succeeded:
+        logger.info("topic proposed to the controller", topic=name, topic_id=topic.topic_id,
+                    partitions=len(placed))
+    return result.succeeded
+
+
+class NewTopicFollower(PrefixFollower):
+    """The controller's watch for topics whose partitions have no state (written by another
+    broker, or left so by a controller that failed between the writes): each is handed to
+    ``on_topic``. A listing (the failover's) reports those it finds; then every write of a
+    topic's assignment is reported, and ``initialize_partitions`` reads what is missing."""
+
+    prefix = TOPICS
+    description = "controller-new-topics"
+
+    def __init__(self, store: MetadataStore, on_topic: Callable[[str], object]) -> None:
+        super().__init__(store)
+        self.on_topic = on_topic
+
+    def _listed(self, listing: Listing) -> None:
+        assignments: dict[str, KeyValue] = {}
+        stated: set[tuple[str, int]] = set()
+        for kv in listing.kvs:
+            name, tp = parse_topic_key(kv.key), parse_state_key(kv.key)
+            if name is not None:
+                assignments[name] = kv
+            elif tp is not None:
+                stated.add(tp)
+        for name, kv in assignments.items():
+            try:
+                partitions = TopicAssignment.decode(name, kv.value).partitions
+            except MalformedMetadata:
+                continue  # the watcher logs it
+            if any((name, p) not in stated for p in partitions):
+                self.on_topic(name)
+
+    def _changed(self, event: WatchEvent) -> None:
+        if event.type is EventType.PUT:
+            name = parse_topic_key(event.kv.key)
+            if name is not None:
+                self.on_topic(name)
+
+
 class ControllerDuties:
     """What this broker does as controller, hooked to the election and the liveness view
     (``ClusterMembership.register``'s ``on_elected``, ``on_brokers``, ``on_resigned``):
@@ -378,6 +491,7 @@ class ControllerDuties:
         self._rack_aware_mode = rack_aware_mode
         self._rng = rng
         self.controller: TopicController | None = None
+        self._new_topics: NewTopicFollower | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def elected(self, context: ControllerContext) -> None:
@@ -392,7 +506,31 @@ class ControllerDuties:
 
     async def _failover(self, controller: TopicController) -> None:
         await controller.liveness.ready.wait()
+        self._spawn(self._follow_new_topics(controller))
         await controller.elect_leaders()
+
+    async def _follow_new_topics(self, controller: TopicController) -> None:
+        """While ``controller`` is the controller, initialize the topics other brokers
+        propose (retrying the first listing while the store cannot be reached)."""
+        await self._stop_new_topics()
+        follower = NewTopicFollower(controller.store, self._new_topic)
+        self._new_topics = follower
+        while self.controller is controller and self._new_topics is follower:
+            try:
+                await follower.start()
+                return
+            except StoreError:
+                await asyncio.sleep(0.5)
+
+    def _new_topic(self, name: str) -> None:
+        controller = self.controller
+        if controller is not None:
+            self._spawn(controller.initialize_partitions(name))
+
+    async def _stop_new_topics(self) -> None:
+        follower, self._new_topics = self._new_topics, None
+        if follower is not None:
+            await follower.stop()
 
     def brokers_changed(self, change: BrokerChange) -> None:
         if self.controller is not None:
@@ -401,6 +539,7 @@ class ControllerDuties:
     def resigned(self, context: ControllerContext, reason: str) -> None:
         if self.controller is not None and self.controller.context is context:
             self.controller = None
+            self._spawn(self._stop_new_topics())
 
     def _spawn(self, work: Coroutine[Any, Any, object]) -> None:
         task = asyncio.get_running_loop().create_task(work, name="controller-duty")
@@ -423,6 +562,7 @@ class ControllerDuties:
 
     async def stop(self) -> None:
         self.controller = None
+        await self._stop_new_topics()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()

@@ -16,6 +16,7 @@ from broker.cluster.placement import (
     RackAwareMode,
     assign_replicas,
     brokers_for_placement,
+    new_partitions_assignment,
     rack_alternated,
     validate_manual_assignment,
 )
@@ -101,6 +102,34 @@ def test_manual_assignments_kafka_refuses(assignment: list[tuple[int, list[int]]
 def test_a_valid_manual_assignment_is_returned_by_partition() -> None:
     got = validate_manual_assignment([(1, [2, 1]), (0, [1, 2])], registered={1, 2, 3})
     assert got == {0: [1, 2], 1: [2, 1]}
+
+
+@pytest.mark.parametrize(
+    ("count", "assignments", "text"),
+    [
+        (4, [[3, 1]], "Attempted to add 2 additional partition(s), but only 1 assignment(s) "
+                      "were specified."),
+        (3, [[3, 9]], "The manual partition assignment includes broker 9, but no such broker "
+                      "is registered."),
+        (3, [[3, 3]], "The manual partition assignment includes the broker 3 more than once."),
+        (3, [[3]], "The manual partition assignment includes a partition with 1 replica(s), "
+                   "but this is not consistent with previous partitions, which have 2 "
+                   "replica(s)."),
+        (3, [[]], "The manual partition assignment includes an empty replica list."),
+    ],
+)
+def test_new_partitions_kafka_refuses(count: int, assignments: list[list[int]],
+                                      text: str) -> None:
+    existing = {0: [1, 2], 1: [2, 3]}
+    with pytest.raises(PlacementError) as info:
+        new_partitions_assignment(existing, count, assignments, registered={1, 2, 3})
+    assert info.value.error_code == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    assert info.value.message == text
+
+
+def test_new_partitions_are_numbered_after_the_existing_ones() -> None:
+    got = new_partitions_assignment({0: [1], 1: [2]}, 4, [[3], [1]], registered={1, 2, 3})
+    assert got == {2: [3], 3: [1]}
 
 
 @st.composite

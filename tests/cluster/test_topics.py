@@ -23,9 +23,15 @@ from broker.cluster.partition_watcher import (
     PartitionStateWatcher,
     PartitionUpdate,
 )
+from broker.cluster.placement import PlacementError
 from broker.cluster.registration import BrokerInfo, BrokerRegistration
 from broker.cluster.store import MetadataStore
-from broker.cluster.topic_controller import ControllerDuties, TopicController
+from broker.cluster.topic_controller import (
+    ControllerDuties,
+    TopicController,
+    plan_topic,
+    propose_topic,
+)
 from broker.cluster.topic_state import (
     PartitionState,
     config_key,
@@ -552,5 +558,66 @@ async def test_a_broker_that_loses_its_lease_and_registers_again_hears_a_new_epo
             lambda: leaders(victim, "solo") == {0: (v, 2, [v])}
             and (victim.registration.epoch or 0) > old_epoch, within_s=TTL + 5)
         assert victim.replicas.leading[("solo", 0)].leader_epoch == 2
+    finally:
+        await stop_all(nodes)
+
+
+async def test_a_topic_another_broker_proposes_is_completed_by_the_controller(
+    backend: Backend,
+) -> None:
+    """Auto-creation on a broker that is not the controller: the broker writes the topic's
+    assignment and configs (``propose_topic``, as Kafka's AdminZkClient did); the controller
+    gives every partition its first state and every broker leads or follows it. A proposal of
+    a name that exists changes nothing."""
+    nodes = await cluster(backend, 3)
+    try:
+        controller = controller_of(nodes)
+        other = next(x for x in nodes if x.controller is None)
+        placed = plan_topic(other.liveness, "proposed", 3, 1, rng=random.Random(1))
+        assert sorted(r for rs in placed.values() for r in rs) == [1, 2, 3]
+        assert await propose_topic(other.store, "proposed", placed, {"retention.ms": "1000"})
+
+        def complete() -> bool:
+            return all(len(leaders(x, "proposed")) == 3 for x in nodes)
+
+        assert await backend.eventually(complete, within_s=5)
+        for p, (leader, epoch, isr) in leaders(nodes[0], "proposed").items():
+            assert (leader, epoch, isr) == (placed[p][0], 0, placed[p])
+        led = {tp for x in nodes for tp in x.replicas.leading if tp[0] == "proposed"}
+        assert led == {("proposed", p) for p in range(3)}
+        kv = await other.store.get(state_key("proposed", 0))
+        assert kv is not None
+        assert PartitionState.from_kv(kv).controller_epoch == controller.context.epoch
+        assert not await propose_topic(other.store, "proposed", {0: [1]})
+        assert await controller.initialize_partitions("proposed") == []
+        with pytest.raises(PlacementError) as refused:
+            plan_topic(other.liveness, "too-many", 1, 4)
+        assert refused.value.error_code == ErrorCode.INVALID_REPLICATION_FACTOR
+        with pytest.raises(PlacementError) as bad:
+            plan_topic(other.liveness, "bad/name", 1, 1)
+        assert bad.value.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    finally:
+        await stop_all(nodes)
+
+
+async def test_a_new_controller_completes_a_proposal_made_while_there_was_none(
+    backend: Backend,
+) -> None:
+    """A topic proposed and never completed (no controller at the time) is found by the next
+    controller's listing at failover."""
+    nodes = await cluster(backend, 2)
+    try:
+        old = next(x for x in nodes if x.controller is not None)
+        await old.duties.stop()  # no controller duties anywhere for now
+        assert await propose_topic(old.store, "orphan", {0: [1], 1: [2]})
+        await backend.sleep(0.3)
+        assert leaders(nodes[0], "orphan") == {}  # no states: not a topic yet for the cache
+        await old.crash()
+        survivor = next(x for x in nodes if x is not old)
+        assert await backend.eventually(
+            lambda: len(leaders(survivor, "orphan")) == 2, within_s=TTL + 5)
+        # The partition of the crashed broker has no live replica: offline.
+        states = leaders(survivor, "orphan")
+        assert states[survivor.node_id - 1][0] == survivor.node_id
     finally:
         await stop_all(nodes)

@@ -221,6 +221,35 @@ async def test_a_parked_fetch_is_fenced_when_the_epoch_moves(parts: Components) 
     assert fetched(wire_roundtrip(req, out.result())) == (E.FENCED_LEADER_EPOCH, -1, 0)
 
 
+async def test_a_fenced_fetch_from_v16_names_the_current_leader(parts: Components) -> None:
+    """Kafka's handleFetchRequest from v16: FENCED_LEADER_EPOCH carries CurrentLeader (this
+    broker and its epoch) and the answer its endpoint; before v16 neither is filled."""
+    await two_epochs(parts)
+    topic_id = parts.topics.metadata.topics[TOPIC].topic_id
+
+    def fenced(version: int) -> Any:
+        return FetchRequest[version](
+            replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+            session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(
+                topic_id=topic_id, partitions=[FetchRequest.FetchTopic.FetchPartition(
+                    partition=0, current_leader_epoch=2, fetch_offset=0,
+                    last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)])],
+            forgotten_topics_data=[], rack_id="")
+
+    node = parts.context.node
+    got = answer(parts, fetch.handle, fenced(16))
+    [p] = got.responses[0].partitions
+    assert p.error_code == E.FENCED_LEADER_EPOCH
+    assert (p.current_leader.leader_id, p.current_leader.leader_epoch) == (node.node_id, 3)
+    assert [(n.node_id, n.port) for n in got.node_endpoints] == [(node.node_id, node.port)]
+    older = answer(parts, fetch.handle, fenced(15))
+    [p] = older.responses[0].partitions
+    assert p.error_code == E.FENCED_LEADER_EPOCH
+    assert p.current_leader is None or p.current_leader.leader_id == -1
+    ok = answer(parts, fetch.handle, fetch_request(3, version=12))
+    assert fetched(ok) == (E.NONE, 5, 5)
+
+
 # -- ListOffsets ----------------------------------------------------------------------------------
 
 def list_request(timestamp: int, current: int = -1, version: int = 8) -> Any:
