@@ -247,12 +247,18 @@ class EtcdSharedState(SharedState):
                 logger.error("shared state not written: view listed again", key=key,
                              error=str(e))
                 done.set_exception(e)
-                try:
-                    await view.relist()
-                except StoreError:
-                    pass  # the follower lists again by itself once etcd answers
+                await self._relist(view)
                 continue
             done.set_result(None)
+
+    async def _relist(self, view: _Follower) -> None:
+        """The view as the store has it, once it answers (later changes wait for it)."""
+        while True:
+            try:
+                await view.relist()
+                return
+            except StoreError:
+                await asyncio.sleep(self._retry_s)
 
     async def _write(self, key: str, update: Update) -> None:
         """Read, change, compare-and-swap on the version; again when another broker won."""
