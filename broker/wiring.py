@@ -115,7 +115,8 @@ class Owners:
                       else Timer(self.clock))
         rm = self.replica_manager = ReplicaManager(cfg["log.flush.interval.ms"],
                                                    self.request_timer, self.clock)
-        topics = self.topics = TopicAdmin(cfg, self.metadata, self.log_manager, rm, dynamic)
+        topics = self.topics = TopicAdmin(cfg, self.metadata, self.log_manager, rm, dynamic,
+                                          self.shared)
         self.log_manager.load()
         topics.open_all()
         store = self.offsets_store = OffsetsStore(rm, topics, cfg["offsets.topic.num.partitions"],

@@ -81,6 +81,7 @@ class ClusterNode:
         self.replicas: ClusterReplicas | None = None
         #: The ACLs and SCRAM credentials every broker shares, and producer ids by block.
         self.shared_state = EtcdSharedState(self.store)
+        self.shared_state.on_topic_configs_changed(self._topic_configs_changed)
         self.producer_ids = ClusterProducerIdManager(self.store, settings.node_id)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopped = False
@@ -122,6 +123,10 @@ class ClusterNode:
         """Before the logs are loaded: the cluster id, every dir checked against it."""
         self.cluster_id = await self.membership.check_log_dirs(log_dirs)
         return self.cluster_id
+
+    def _topic_configs_changed(self, topic: str, configs: dict[str, str] | None) -> None:
+        if self.replicas is not None:
+            self.replicas.forget_topic_configs()
 
     async def load_shared_state(self) -> None:
         """Before the owners load: the shared ACLs and SCRAM credentials listed (then
@@ -322,6 +327,10 @@ class ClusterReplicas:
         """Not served any more (parked requests on it answered now); its log stays."""
         self.led.pop(tp, None)
         return self.replica_manager.remove_partition(tp) is not None
+
+    def forget_topic_configs(self) -> None:
+        """A topic's configs changed: read them again at the next transition."""
+        self._configs.clear()
 
     async def _topic_configs(self, topic: str, topic_id: str, attempts: int = 5
                              ) -> dict[str, str]:

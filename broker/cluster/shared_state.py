@@ -1,4 +1,5 @@
-"""The ACLs and SCRAM credentials of a cluster, in etcd where Kafka kept them in ZooKeeper.
+"""The ACLs, SCRAM credentials and topic configs of a cluster, in etcd where Kafka kept them
+in ZooKeeper.
 
 Keys (Kafka's ZooKeeper paths, ``ZkData``):
 
@@ -11,6 +12,12 @@ Keys (Kafka's ZooKeeper paths, ``ZkData``):
 - ``/config/users/<user>``: ``{"version":1,"config":{"SCRAM-SHA-256":"salt=...,stored_key=...,
   server_key=...,iterations=N"}}`` (Kafka's ScramCredentialUtils form; other keys of the
   user's config are kept), changed by compare-and-swap as well.
+- ``/config/topics/<topic>``: ``{"version":1,"config":{...}}``, written with the topic by the
+  controller (topic_controller.py) and removed with it; AlterConfigs on any broker replaces the
+  overrides by compare-and-swap (never re-creating a topic deleted meanwhile), as Kafka's
+  ``AdminZkClient.changeTopicConfig`` did from any broker. Every broker applies a change to
+  the logs of the topic's partitions it holds (the watch replacing Kafka's
+  ``/config/changes`` notifications).
 
 Invariant: this broker's view is the keys at the follower's revision, plus its own changes not
 yet acknowledged by etcd (applied at once so the broker's next decision already sees them);
@@ -41,6 +48,7 @@ from broker.cluster.store import (
     WatchEvent,
     cancel_and_wait,
 )
+from broker.cluster.topic_state import TOPIC_CONFIGS, MalformedMetadata, decode_topic_config
 from broker.metadata.shared_state import AclDoc, ScramCredentials, SharedState
 from broker.replica.delayed_result import Completion
 
@@ -171,6 +179,8 @@ class EtcdSharedState(SharedState):
         self.acl_view = _Follower(store, ACL_ROOT, decode_acls, self._acls_listed)
         self.user_view = _Follower(store, USER_CONFIGS, lambda _k, v: decode_user(v),
                                    self._users_listed)
+        self._topics: dict[str, dict[str, str]] = {}
+        self.topic_view = _Follower(store, TOPIC_CONFIGS, _decode_topic, self._topics_listed)
         self._queue: asyncio.Queue[tuple[str, Update, Completion[None], _Follower]] = (
             asyncio.Queue())
         self._last: Completion[None] = Completion()
@@ -180,6 +190,7 @@ class EtcdSharedState(SharedState):
     async def start(self) -> None:
         await self.acl_view.start()
         await self.user_view.start()
+        await self.topic_view.start()
         self._writer = asyncio.get_running_loop().create_task(self._write_all(),
                                                               name="shared-state-writes")
 
@@ -187,6 +198,7 @@ class EtcdSharedState(SharedState):
         await cancel_and_wait(self._writer)
         await self.acl_view.stop()
         await self.user_view.stop()
+        await self.topic_view.stop()
 
     # -- the view ------------------------------------------------------------------------------
 
@@ -205,6 +217,17 @@ class EtcdSharedState(SharedState):
     def _users_listed(self) -> None:
         self._scram = {key[len(USER_CONFIGS):]: creds
                        for key, creds in self.user_view.docs.items() if creds}
+
+    def _topics_listed(self) -> None:
+        now = {key[len(TOPIC_CONFIGS):]: configs
+               for key, configs in self.topic_view.docs.items()}
+        before, self._topics = self._topics, now
+        for topic in before.keys() | now.keys():
+            if before.get(topic) != now.get(topic):
+                self._topic_configs_changed(topic, now.get(topic))
+
+    def topic_overrides(self, topic: str) -> dict[str, str] | None:
+        return self._topics.get(topic)
 
     # -- changes -------------------------------------------------------------------------------
 
@@ -226,6 +249,10 @@ class EtcdSharedState(SharedState):
             else:
                 self._scram.pop(user, None)
             self._enqueue(USER_CONFIGS + user, _user_update(creds or {}), self.user_view)
+
+    def change_topic_configs(self, topic: str, configs: dict[str, str]) -> None:
+        self._topics[topic] = dict(configs)
+        self._enqueue(TOPIC_CONFIGS + topic, _topic_update(configs), self.topic_view)
 
     def flushed(self) -> Completion[None]:
         return self._last
@@ -300,5 +327,21 @@ def _user_update(creds: dict[str, dict[str, Any]]) -> Update:
             config.pop(mechanism, None)
         config.update({m: encode_scram(c) for m, c in creds.items()})
         return {"version": 1, "config": config} if config else None
+
+    return update
+
+
+def _decode_topic(key: str, value: bytes) -> dict[str, str]:
+    try:
+        return decode_topic_config(key[len(TOPIC_CONFIGS):], value)
+    except MalformedMetadata as e:
+        raise ValueError(str(e)) from None
+
+
+def _topic_update(configs: dict[str, str]) -> Update:
+    def update(current: dict[str, Any] | None) -> dict[str, Any] | None:
+        if current is None:
+            return None  # the topic was deleted meanwhile: not made again
+        return {"version": 1, "config": dict(configs)}
 
     return update

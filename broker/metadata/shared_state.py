@@ -1,4 +1,5 @@
-"""What every broker of a cluster must see the same: the ACLs and the SCRAM credentials.
+"""What every broker of a cluster must see the same: the ACLs, the SCRAM credentials and the
+topics' config overrides.
 
 One interface, two implementations. A single broker keeps both in its metadata file
 (``LocalSharedState``: a change is saved before it returns). In cluster mode they live in
@@ -6,8 +7,8 @@ etcd, where Kafka's ZooKeeper era kept them in ZooKeeper (``broker.cluster.share
 change is applied to this broker's view at once and written to etcd in the background, and
 every broker follows the keys with a watch, telling the owners when the view changed.
 
-The owners (the authorizer, the SCRAM credential store) read the view and change it through
-this interface only; a handler that changed something answers once ``flushed()`` is done, so
+The owners (the authorizer, the SCRAM credential store, TopicAdmin) read the view and change it
+through this interface only; a handler that changed something answers once ``flushed()`` is done, so
 an acknowledged change is durable where the state lives.
 """
 
@@ -31,6 +32,7 @@ class SharedState(ABC):
 
     def __init__(self) -> None:
         self._acl_listeners: list[Callable[[], None]] = []
+        self._topic_listeners: list[Callable[[str, dict[str, str] | None], None]] = []
 
     @property
     @abstractmethod
@@ -54,6 +56,14 @@ class SharedState(ABC):
         """Each named user's credentials replaced (None or empty: the user has none)."""
 
     @abstractmethod
+    def topic_overrides(self, topic: str) -> dict[str, str] | None:
+        """A topic's own configs; None when there is no such topic."""
+
+    @abstractmethod
+    def change_topic_configs(self, topic: str, configs: dict[str, str]) -> None:
+        """Replace an existing topic's overrides (AlterConfigs, IncrementalAlterConfigs)."""
+
+    @abstractmethod
     def flushed(self) -> Completion[None]:
         """Done once every change made so far is durable (failed: one could not be saved)."""
 
@@ -74,6 +84,16 @@ class SharedState(ABC):
     def _acls_changed(self) -> None:
         for listener in self._acl_listeners:
             listener()
+
+    def on_topic_configs_changed(self, listener: Callable[[str, dict[str, str] | None], None]
+                                 ) -> None:
+        """``listener(topic, overrides)`` runs when a topic's overrides changed elsewhere
+        (None: the topic is gone)."""
+        self._topic_listeners.append(listener)
+
+    def _topic_configs_changed(self, topic: str, configs: dict[str, str] | None) -> None:
+        for listener in self._topic_listeners:
+            listener(topic, configs)
 
 
 def completed_none() -> Completion[None]:
@@ -116,6 +136,13 @@ class LocalSharedState(SharedState):
             else:
                 stored.pop(user, None)
         self.metadata.save()
+
+    def topic_overrides(self, topic: str) -> dict[str, str] | None:
+        info = self.metadata.topics.get(topic)
+        return None if info is None else info.configs
+
+    def change_topic_configs(self, topic: str, configs: dict[str, str]) -> None:
+        self.metadata.set_configs(topic, configs)
 
     def flushed(self) -> Completion[None]:
         return completed_none()
