@@ -266,7 +266,7 @@ class EtcdSharedState(SharedState):
         while True:
             key, update, done, view = await self._queue.get()
             try:
-                await self._write(key, update)
+                written = await self._write(key, update)
             except asyncio.CancelledError:
                 done.set_exception(StoreError("broker shutting down"))
                 raise
@@ -276,6 +276,8 @@ class EtcdSharedState(SharedState):
                 done.set_exception(e)
                 await self._relist(view)
                 continue
+            if not written:  # nothing to change there (a topic deleted meanwhile)
+                await self._relist(view)
             done.set_result(None)
 
     async def _relist(self, view: _Follower) -> None:
@@ -287,8 +289,9 @@ class EtcdSharedState(SharedState):
             except StoreError:
                 await asyncio.sleep(self._retry_s)
 
-    async def _write(self, key: str, update: Update) -> None:
-        """Read, change, compare-and-swap on the version; again when another broker won."""
+    async def _write(self, key: str, update: Update) -> bool:
+        """Read, change, compare-and-swap on the version; again when another broker won.
+        False when there was nothing to write (absent, and to stay absent)."""
         for _ in range(self._write_attempts):
             try:
                 kv = await self.store.get(key)
@@ -298,9 +301,9 @@ class EtcdSharedState(SharedState):
                            else Compare.version(key, "==", kv.version))
                 ops = [Delete(key)] if new is None else [Put(key, json.dumps(new).encode())]
                 if kv is None and new is None:
-                    return
+                    return False
                 if (await self.store.txn([compare], ops)).succeeded:
-                    return
+                    return True
             except StoreError as e:
                 logger.warning("shared state write failed, retrying", key=key, error=str(e))
                 await asyncio.sleep(self._retry_s)

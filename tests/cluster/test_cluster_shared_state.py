@@ -2,7 +2,9 @@
 PLAINTEXT and a SASL_PLAINTEXT listener and the ACL authorizer on, driven by confluent-kafka.
 
 A SCRAM user created through broker 1 logs in to broker 2; an ACL created through broker 1 lets
-that user write to the partition broker 2 leads, which refused it before; InitProducerId on
+that user write to the partition broker 2 leads, which refused it before; a topic config
+altered through one broker is described by every broker and enforced by the partition's leader
+(max.message.bytes); InitProducerId on
 different brokers hands out ids from different blocks, and idempotent producers write through
 the cluster.
 """
@@ -28,6 +30,12 @@ from confluent_kafka.admin import (
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialUpsertion,
+)
+from kafka.protocol.admin import (
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
 )
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
@@ -174,3 +182,77 @@ def test_producer_ids_from_different_brokers_come_from_different_blocks(
                              on_delivery=lambda e, m, out=failed: out.append(e) if e else None)
         assert producer.flush(30) == 0
         assert failed == []
+
+
+def alter_topic_config(broker: BrokerProcess, topic: str, key: str, value: str) -> int:
+    """IncrementalAlterConfigs SET on ``broker`` itself; the error code."""
+    inc = IncrementalAlterConfigsRequest.AlterConfigsResource
+    req = IncrementalAlterConfigsRequest(resources=[inc(
+        resource_type=2, resource_name=topic, configs=[
+            inc.AlterableConfig(name=key, config_operation=0, value=value)])],
+        validate_only=False, version=1)
+    wire = Wire(broker.port)
+    try:
+        [out] = wire.request(req, IncrementalAlterConfigsResponse).responses
+    finally:
+        wire.close()
+    return int(out.error_code)
+
+
+def describe_topic_config(broker: BrokerProcess, topic: str) -> tuple[int, dict[str, tuple]]:
+    """DescribeConfigs of a topic on ``broker`` itself: error code, key -> (value, source)."""
+    req = DescribeConfigsRequest[2](resources=[DescribeConfigsRequest[2].DescribeConfigsResource(
+        resource_type=2, resource_name=topic, configuration_keys=None)], include_synonyms=False)
+    wire = Wire(broker.port)
+    try:
+        [res] = wire.request(req, DescribeConfigsResponse).results
+    finally:
+        wire.close()
+    return int(res.error_code), {c.name: (c.value, c.config_source) for c in res.configs}
+
+
+def test_a_topic_config_altered_on_one_broker_counts_on_another(
+        three: list[BrokerProcess]) -> None:
+    admin = AdminClient(sasl(three[0], "PLAIN", "admin", ADMIN_PW))
+    topic = f"conf-{uuid.uuid4().hex[:6]}"
+    admin.create_topics([NewTopic(topic, 3, 1, config={"retention.ms": "3600000"})]
+                        )[topic].result(WAIT_S)
+
+    def leaders() -> dict[int, int] | None:
+        parts = {p.partition_index: p.leader_id for t in metadata(three[0]).topics
+                 if t.name == topic for p in t.partitions}
+        return parts if len(parts) == 3 and -1 not in parts.values() else None
+
+    led = eventually(leaders, 20)
+    # the leader of partition 0 is "B"; the config is altered through another broker, "A"
+    leader = next(b for b in three if int(b.overrides["node.id"]) == led[0])
+    other = next(b for b in three if b is not leader)
+    producer_config = {**sasl(leader, "PLAIN", "admin", ADMIN_PW), "message.timeout.ms": 10000,
+                       "retries": 0}
+    big = b"x" * 3000
+    assert produce_bytes(producer_config, topic, big) is None  # the broker's default allows it
+    assert alter_topic_config(other, topic, "max.message.bytes", "1024") == 0
+
+    code, on_leader = describe_topic_config(leader, topic)
+    assert code == 0
+    assert on_leader["retention.ms"] == ("3600000", 1)  # created with it: DYNAMIC_TOPIC_CONFIG
+    assert eventually(lambda: describe_topic_config(leader, topic)[1]["max.message.bytes"]
+                      == ("1024", 1), 10)
+    for b in three:  # every broker answers the same
+        assert describe_topic_config(b, topic)[1]["max.message.bytes"] == ("1024", 1)
+    # the leader enforces it: a batch over 1024 bytes is refused
+    refused = produce_bytes(producer_config, topic, big)
+    assert refused is not None and refused.code() == KafkaError.MSG_SIZE_TOO_LARGE
+    assert produce_bytes(producer_config, topic, b"small") is None
+    assert describe_topic_config(other, f"{topic}-none")[0] == 3  # UNKNOWN_TOPIC_OR_PARTITION
+    assert alter_topic_config(other, f"{topic}-none", "retention.ms", "1") == 3
+
+
+def produce_bytes(config: dict[str, Any], topic: str, value: bytes) -> Any:
+    """One record to partition 0; its delivery error (None: written)."""
+    producer = Producer(config)
+    outcome: list[Any] = []
+    producer.produce(topic, value, partition=0, on_delivery=lambda e, m: outcome.append(e))
+    producer.flush(20)
+    assert len(outcome) == 1
+    return outcome[0]

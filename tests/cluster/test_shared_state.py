@@ -253,3 +253,32 @@ async def test_a_write_that_cannot_be_made_fails_its_answer(own_backend: Backend
             session("alice"), AclOperation.READ, ResourceType.TOPIC, "lost"), 30)
     finally:
         await a.stop()
+
+
+async def test_topic_configs_altered_on_one_broker_reach_the_other(backend: Backend) -> None:
+    await backend.store.put("/config/topics/t", b'{"version":1,"config":{"retention.ms":"5"}}')
+    a, b = await two_brokers(backend)
+    seen: list[tuple[str, dict[str, str] | None]] = []
+    b.on_topic_configs_changed(lambda topic, configs: seen.append((topic, configs)))
+    try:
+        assert a.topic_overrides("t") == {"retention.ms": "5"}
+        assert a.topic_overrides("none") is None
+        a.change_topic_configs("t", {"max.message.bytes": "1024"})
+        assert a.topic_overrides("t") == {"max.message.bytes": "1024"}  # at once, here
+        await flushed(a)
+        kv = await backend.store.get("/config/topics/t")
+        assert kv is not None and json.loads(kv.value) == {
+            "version": 1, "config": {"max.message.bytes": "1024"}}
+        assert await backend.eventually(lambda: seen == [("t", {"max.message.bytes": "1024"})],
+                                        5)
+        await backend.store.delete("/config/topics/t")  # the controller deleted the topic
+        assert await backend.eventually(lambda: seen[-1] == ("t", None), 5)
+        assert b.topic_overrides("t") is None
+        # an alter racing the deletion does not make the topic's configs again
+        a.change_topic_configs("t", {"retention.ms": "1"})
+        await flushed(a)
+        assert await backend.store.get("/config/topics/t") is None
+        assert a.topic_overrides("t") is None  # its view is the store's again
+    finally:
+        await a.stop()
+        await b.stop()
