@@ -144,7 +144,7 @@ class ScramCredentialStore:
                 results.append(UserResult(user, DUPLICATE_RESOURCE, _DESCRIBE_DUPLICATE + user))
                 continue
             creds = stored.get(user, {})
-            infos = tuple((m.type, int(creds[m.name]["iterations"]))  # type: ignore[call-overload]
+            infos = tuple((m.type, int(creds[m.name]["iterations"]))
                           for m in (SCRAM_SHA_256, SCRAM_SHA_512) if m.name in creds)
             if infos:
                 results.append(UserResult(user, credentials=infos))

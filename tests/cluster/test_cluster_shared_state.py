@@ -138,10 +138,17 @@ def test_a_user_and_an_acl_made_on_one_broker_count_on_another(
     # and broker 3 describes them
     admin_three = AdminClient(sasl(three[2], "PLAIN", "admin", ADMIN_PW))
     described = admin_three.describe_acls(
-        AclBindingFilter(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, None, None,
+        AclBindingFilter(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL,
+                         None, None,  # type: ignore[arg-type]  # None: any principal, host
                          AclOperation.ANY, AclPermissionType.ANY)).result(WAIT_S)
     assert sorted(str(b.operation) for b in described) == sorted(
         str(op) for op in (AclOperation.WRITE, AclOperation.DESCRIBE))
+
+
+def outcomes_into(outcomes: list[Any]) -> Any:
+    def delivered(error: Any, _message: Any) -> None:
+        outcomes.append(error)
+    return delivered
 
 
 def init_producer_id(broker: BrokerProcess) -> int:
@@ -176,12 +183,12 @@ def test_producer_ids_from_different_brokers_come_from_different_blocks(
     for b in three:
         producer = Producer({**sasl(b, "PLAIN", "admin", ADMIN_PW), "enable.idempotence": True,
                              "message.timeout.ms": 20000})
-        failed: list[Any] = []
+        outcomes: list[Any] = []
         for i in range(30):
             producer.produce(topic, f"v{i}".encode(), partition=i % 3,
-                             on_delivery=lambda e, m, out=failed: out.append(e) if e else None)
+                             on_delivery=outcomes_into(outcomes))
         assert producer.flush(30) == 0
-        assert failed == []
+        assert len(outcomes) == 30 and all(e is None for e in outcomes)
 
 
 def alter_topic_config(broker: BrokerProcess, topic: str, key: str, value: str) -> int:
