@@ -107,7 +107,7 @@ class Owners:
         self.metadata.load()
         self.authorizer = Authorizer.of(cfg, self.shared)  # ConfigError: not Kafka's class
         # Kafka's DynamicBrokerConfig: the stored dynamic configs count from the first read.
-        dynamic = self.dynamic = DynamicBrokerConfig(cfg, self.metadata)
+        dynamic = self.dynamic = DynamicBrokerConfig(cfg, self.shared)
         dynamic.load()
         self.producer_ids.load()
         self.request_timer = Timer(self.request_clock)

@@ -1,5 +1,5 @@
-"""The ACLs, SCRAM credentials and topic configs of a cluster, in etcd where Kafka kept them
-in ZooKeeper.
+"""The ACLs, SCRAM credentials, topic configs and dynamic broker configs of a cluster, in etcd
+where Kafka kept them in ZooKeeper.
 
 Keys (Kafka's ZooKeeper paths, ``ZkData``):
 
@@ -18,6 +18,9 @@ Keys (Kafka's ZooKeeper paths, ``ZkData``):
   ``AdminZkClient.changeTopicConfig`` did from any broker. Every broker applies a change to
   the logs of the topic's partitions it holds (the watch replacing Kafka's
   ``/config/changes`` notifications).
+- ``/config/brokers/<default>`` (the cluster default, BROKER resource "") and
+  ``/config/brokers/<id>``: ``{"version":1,"config":{...}}``, replaced whole by AlterConfigs
+  (Kafka's ``changeBrokerConfig``); every broker applies the default and its own.
 
 Invariant: this broker's view is the keys at the follower's revision, plus its own changes not
 yet acknowledged by etcd (applied at once so the broker's next decision already sees them);
@@ -58,6 +61,8 @@ ACL_ROOT = "/kafka-acl"  # both stores below, and nothing else, start so
 LITERAL_ACLS = "/kafka-acl/"
 PREFIXED_ACLS = "/kafka-acl-extended/prefixed/"
 USER_CONFIGS = "/config/users/"
+BROKER_CONFIGS = "/config/brokers/"
+DEFAULT_BROKER = "<default>"  # Kafka's ConfigEntityName.Default
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
 Update = Callable[[dict[str, Any] | None], dict[str, Any] | None]
@@ -181,6 +186,9 @@ class EtcdSharedState(SharedState):
                                    self._users_listed)
         self._topics: dict[str, dict[str, str]] = {}
         self.topic_view = _Follower(store, TOPIC_CONFIGS, _decode_topic, self._topics_listed)
+        self._brokers: dict[str, dict[str, str]] = {}
+        self.broker_view = _Follower(store, BROKER_CONFIGS, _decode_config,
+                                     self._brokers_listed)
         self._queue: asyncio.Queue[tuple[str, Update, Completion[None], _Follower]] = (
             asyncio.Queue())
         self._last: Completion[None] = Completion()
@@ -191,6 +199,7 @@ class EtcdSharedState(SharedState):
         await self.acl_view.start()
         await self.user_view.start()
         await self.topic_view.start()
+        await self.broker_view.start()
         self._writer = asyncio.get_running_loop().create_task(self._write_all(),
                                                               name="shared-state-writes")
 
@@ -199,6 +208,7 @@ class EtcdSharedState(SharedState):
         await self.acl_view.stop()
         await self.user_view.stop()
         await self.topic_view.stop()
+        await self.broker_view.stop()
 
     # -- the view ------------------------------------------------------------------------------
 
@@ -229,6 +239,16 @@ class EtcdSharedState(SharedState):
     def topic_overrides(self, topic: str) -> dict[str, str] | None:
         return self._topics.get(topic)
 
+    def _brokers_listed(self) -> None:
+        now = {_resource_of(key): configs for key, configs in self.broker_view.docs.items()}
+        before, self._brokers = self._brokers, now
+        for name in before.keys() | now.keys():
+            if before.get(name, {}) != now.get(name, {}):
+                self._broker_configs_changed(name, now.get(name, {}))
+
+    def broker_configs(self, name: str) -> dict[str, str]:
+        return dict(self._brokers.get(name, {}))
+
     # -- changes -------------------------------------------------------------------------------
 
     def change_acls(self, every: list[AclDoc], added: Iterable[AclDoc],
@@ -253,6 +273,11 @@ class EtcdSharedState(SharedState):
     def change_topic_configs(self, topic: str, configs: dict[str, str]) -> None:
         self._topics[topic] = dict(configs)
         self._enqueue(TOPIC_CONFIGS + topic, _topic_update(configs), self.topic_view)
+
+    def change_broker_configs(self, name: str, overrides: dict[str, str]) -> None:
+        self._brokers[name] = dict(overrides)
+        self._enqueue(BROKER_CONFIGS + (name or DEFAULT_BROKER), _config_update(overrides),
+                      self.broker_view)
 
     def flushed(self) -> Completion[None]:
         return self._last
@@ -346,5 +371,28 @@ def _topic_update(configs: dict[str, str]) -> Update:
         if current is None:
             return None  # the topic was deleted meanwhile: not made again
         return {"version": 1, "config": dict(configs)}
+
+    return update
+
+
+def _resource_of(key: str) -> str:
+    """The BROKER resource name of a ``/config/brokers/<name>`` key ("" for the default)."""
+    name = key[len(BROKER_CONFIGS):]
+    return "" if name == DEFAULT_BROKER else name
+
+
+def _decode_config(key: str, value: bytes) -> dict[str, str]:
+    try:
+        config = json.loads(value)["config"]
+    except (KeyError, TypeError, json.JSONDecodeError) as e:
+        raise ValueError(f"malformed config at {key}: {value!r}") from e
+    if not isinstance(config, dict):
+        raise ValueError(f"malformed config at {key}: {value!r}")
+    return {str(k): str(v) for k, v in config.items()}
+
+
+def _config_update(overrides: dict[str, str]) -> Update:
+    def update(current: dict[str, Any] | None) -> dict[str, Any] | None:
+        return {"version": 1, "config": dict(overrides)} if overrides else None
 
     return update

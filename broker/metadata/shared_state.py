@@ -1,5 +1,5 @@
-"""What every broker of a cluster must see the same: the ACLs, the SCRAM credentials and the
-topics' config overrides.
+"""What every broker of a cluster must see the same: the ACLs, the SCRAM credentials, the
+topics' config overrides and the dynamic broker configs.
 
 One interface, two implementations. A single broker keeps both in its metadata file
 (``LocalSharedState``: a change is saved before it returns). In cluster mode they live in
@@ -7,7 +7,8 @@ etcd, where Kafka's ZooKeeper era kept them in ZooKeeper (``broker.cluster.share
 change is applied to this broker's view at once and written to etcd in the background, and
 every broker follows the keys with a watch, telling the owners when the view changed.
 
-The owners (the authorizer, the SCRAM credential store, TopicAdmin) read the view and change it
+The owners (the authorizer, the SCRAM credential store, TopicAdmin, DynamicBrokerConfig) read
+the view and change it
 through this interface only; a handler that changed something answers once ``flushed()`` is done, so
 an acknowledged change is durable where the state lives.
 """
@@ -33,6 +34,7 @@ class SharedState(ABC):
     def __init__(self) -> None:
         self._acl_listeners: list[Callable[[], None]] = []
         self._topic_listeners: list[Callable[[str, dict[str, str] | None], None]] = []
+        self._broker_listeners: list[Callable[[str, dict[str, str]], None]] = []
 
     @property
     @abstractmethod
@@ -62,6 +64,15 @@ class SharedState(ABC):
     @abstractmethod
     def change_topic_configs(self, topic: str, configs: dict[str, str]) -> None:
         """Replace an existing topic's overrides (AlterConfigs, IncrementalAlterConfigs)."""
+
+    @abstractmethod
+    def broker_configs(self, name: str) -> dict[str, str]:
+        """A BROKER resource's dynamic overrides ("" the cluster default, else a node id)."""
+
+    @abstractmethod
+    def change_broker_configs(self, name: str, overrides: dict[str, str]) -> None:
+        """Replace a BROKER resource's overrides. May raise when they could not be saved
+        (nothing changed then)."""
 
     @abstractmethod
     def flushed(self) -> Completion[None]:
@@ -94,6 +105,16 @@ class SharedState(ABC):
     def _topic_configs_changed(self, topic: str, configs: dict[str, str] | None) -> None:
         for listener in self._topic_listeners:
             listener(topic, configs)
+
+    def on_broker_configs_changed(self, listener: Callable[[str, dict[str, str]], None]
+                                  ) -> None:
+        """``listener(name, overrides)`` runs when a BROKER resource's overrides changed
+        elsewhere (another broker altered the cluster default)."""
+        self._broker_listeners.append(listener)
+
+    def _broker_configs_changed(self, name: str, overrides: dict[str, str]) -> None:
+        for listener in self._broker_listeners:
+            listener(name, overrides)
 
 
 def completed_none() -> Completion[None]:
@@ -143,6 +164,22 @@ class LocalSharedState(SharedState):
 
     def change_topic_configs(self, topic: str, configs: dict[str, str]) -> None:
         self.metadata.set_configs(topic, configs)
+
+    def broker_configs(self, name: str) -> dict[str, str]:
+        return dict(self.metadata.broker_configs.get(name, {}))
+
+    def change_broker_configs(self, name: str, overrides: dict[str, str]) -> None:
+        stored = self.metadata.broker_configs
+        before = stored.get(name)
+        stored[name] = dict(overrides)
+        try:
+            self.metadata.save()
+        except BaseException:
+            if before is None:
+                stored.pop(name, None)
+            else:
+                stored[name] = before
+            raise
 
     def flushed(self) -> Completion[None]:
         return completed_none()

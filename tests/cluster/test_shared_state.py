@@ -1,4 +1,5 @@
-"""The state every broker of a cluster shares (ACLs, SCRAM credentials, producer id blocks),
+"""The state every broker of a cluster shares (ACLs, SCRAM credentials, topic configs, dynamic
+broker configs, producer id blocks),
 each test against a real etcd and the in-process store (``backend``), two brokers being two
 clients of one store."""
 
@@ -6,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,11 @@ from broker.cluster.producer_id_block import (
 )
 from broker.cluster.shared_state import EtcdSharedState, decode_acls, enum_name, kafka_name
 from broker.cluster.store import Put
+from broker.metadata.dynamic_config import (
+    CONNECTION_KEYS,
+    TOPIC_DEFAULT_KEYS,
+    DynamicBrokerConfig,
+)
 from broker.security.acl import (
     AclBinding,
     AclBindingFilter,
@@ -29,6 +36,7 @@ from broker.security.principal import KafkaPrincipal, Session
 from broker.security.scram import SCRAM_SHA_256, ScramCredentialStore
 from protocol.errors import ErrorCode, KafkaError
 from tests.cluster.conftest import Backend
+from tests.support.components import broker_config
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -279,6 +287,46 @@ async def test_topic_configs_altered_on_one_broker_reach_the_other(backend: Back
         await flushed(a)
         assert await backend.store.get("/config/topics/t") is None
         assert a.topic_overrides("t") is None  # its view is the store's again
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+async def test_the_cluster_default_altered_on_one_broker_reaches_the_other(
+        backend: Backend, tmp_path: Path) -> None:
+    a, b = await two_brokers(backend)
+    try:
+        config_a = broker_config(tmp_path / "a", {"node.id": "1"})
+        config_b = broker_config(tmp_path / "b", {"node.id": "2"})
+        dynamic_a = DynamicBrokerConfig(config_a, a)
+        dynamic_b = DynamicBrokerConfig(config_b, b)
+        dynamic_a.load()
+        dynamic_b.load()
+        dynamic_a.add_reconfigurable(CONNECTION_KEYS | TOPIC_DEFAULT_KEYS, lambda c: None)
+        told: list[int] = []
+        dynamic_b.add_reconfigurable(CONNECTION_KEYS, lambda c: told.append(c["max.connections"]))
+        dynamic_a.alter("", {"max.connections": "77"})
+        dynamic_a.alter("1", {"log.retention.ms": "5000"})  # a's own: not b's business
+        await flushed(a)
+        kv = await backend.store.get("/config/brokers/<default>")
+        assert kv is not None and json.loads(kv.value) == {
+            "version": 1, "config": {"max.connections": "77"}}
+        assert await backend.store.get("/config/brokers/1") is not None
+        assert await backend.eventually(lambda: told == [77], 5)
+        assert config_b["max.connections"] == 77
+        assert config_b["log.retention.ms"] != 5000 and config_a["log.retention.ms"] == 5000
+        # a per-broker key is refused at the cluster level, as Kafka refuses it
+        with pytest.raises(KafkaError):
+            dynamic_a.alter("", {"listeners": "PLAINTEXT://127.0.0.1:1"})
+        # a broker started later takes the stored default in at start
+        c = EtcdSharedState(await backend.new_client())
+        await c.start()
+        try:
+            config_c = broker_config(tmp_path / "c", {"node.id": "3"})
+            DynamicBrokerConfig(config_c, c).load()
+            assert config_c["max.connections"] == 77
+        finally:
+            await c.stop()
     finally:
         await a.stop()
         await b.stop()
