@@ -4,7 +4,8 @@ PLAINTEXT and a SASL_PLAINTEXT listener and the ACL authorizer on, driven by con
 A SCRAM user created through broker 1 logs in to broker 2; an ACL created through broker 1 lets
 that user write to the partition broker 2 leads, which refused it before; a topic config
 altered through one broker is described by every broker and enforced by the partition's leader
-(max.message.bytes); InitProducerId on
+(max.message.bytes); the cluster default broker config altered through one broker is every
+broker's; InitProducerId on
 different brokers hands out ids from different blocks, and idempotent producers write through
 the cluster.
 """
@@ -192,30 +193,11 @@ def test_producer_ids_from_different_brokers_come_from_different_blocks(
 
 
 def alter_topic_config(broker: BrokerProcess, topic: str, key: str, value: str) -> int:
-    """IncrementalAlterConfigs SET on ``broker`` itself; the error code."""
-    inc = IncrementalAlterConfigsRequest.AlterConfigsResource
-    req = IncrementalAlterConfigsRequest(resources=[inc(
-        resource_type=2, resource_name=topic, configs=[
-            inc.AlterableConfig(name=key, config_operation=0, value=value)])],
-        validate_only=False, version=1)
-    wire = Wire(broker.port)
-    try:
-        [out] = wire.request(req, IncrementalAlterConfigsResponse).responses
-    finally:
-        wire.close()
-    return int(out.error_code)
+    return alter_config(broker, 2, topic, key, value)
 
 
 def describe_topic_config(broker: BrokerProcess, topic: str) -> tuple[int, dict[str, tuple]]:
-    """DescribeConfigs of a topic on ``broker`` itself: error code, key -> (value, source)."""
-    req = DescribeConfigsRequest[2](resources=[DescribeConfigsRequest[2].DescribeConfigsResource(
-        resource_type=2, resource_name=topic, configuration_keys=None)], include_synonyms=False)
-    wire = Wire(broker.port)
-    try:
-        [res] = wire.request(req, DescribeConfigsResponse).results
-    finally:
-        wire.close()
-    return int(res.error_code), {c.name: (c.value, c.config_source) for c in res.configs}
+    return describe_config(broker, 2, topic)
 
 
 def test_a_topic_config_altered_on_one_broker_counts_on_another(
@@ -263,3 +245,44 @@ def produce_bytes(config: dict[str, Any], topic: str, value: bytes) -> Any:
     producer.flush(20)
     assert len(outcome) == 1
     return outcome[0]
+
+
+def alter_config(broker: BrokerProcess, rtype: int, name: str, key: str, value: str) -> int:
+    """IncrementalAlterConfigs SET on ``broker`` itself; the error code."""
+    inc = IncrementalAlterConfigsRequest.AlterConfigsResource
+    req = IncrementalAlterConfigsRequest(resources=[inc(
+        resource_type=rtype, resource_name=name, configs=[
+            inc.AlterableConfig(name=key, config_operation=0, value=value)])],
+        validate_only=False, version=1)
+    wire = Wire(broker.port)
+    try:
+        [out] = wire.request(req, IncrementalAlterConfigsResponse).responses
+    finally:
+        wire.close()
+    return int(out.error_code)
+
+
+def describe_config(broker: BrokerProcess, rtype: int, name: str
+                    ) -> tuple[int, dict[str, tuple]]:
+    """DescribeConfigs on ``broker`` itself: error code, key -> (value, source)."""
+    req = DescribeConfigsRequest[2](resources=[DescribeConfigsRequest[2].DescribeConfigsResource(
+        resource_type=rtype, resource_name=name, configuration_keys=None)],
+        include_synonyms=False)
+    wire = Wire(broker.port)
+    try:
+        [res] = wire.request(req, DescribeConfigsResponse).results
+    finally:
+        wire.close()
+    return int(res.error_code), {c.name: (c.value, c.config_source) for c in res.configs}
+
+
+def test_the_cluster_default_altered_on_one_broker_counts_on_every_broker(
+        three: list[BrokerProcess]) -> None:
+    assert alter_config(three[0], 4, "", "log.retention.ms", "7200000") == 0
+    def everywhere() -> bool:  # DYNAMIC_DEFAULT_BROKER_CONFIG (3), each broker's own resource
+        return all(describe_config(b, 4, b.overrides["node.id"])[1].get("log.retention.ms")
+                   == ("7200000", 3) for b in three)
+
+    assert eventually(everywhere, 10)
+    # a broker's own resource is altered on that broker only, as Kafka routes it
+    assert alter_config(three[1], 4, "1", "log.retention.ms", "1") == 42  # INVALID_REQUEST
