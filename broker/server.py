@@ -166,7 +166,9 @@ class Broker:
             settings, unclean_leader_election=self.config["unclean.leader.election.enable"])
         check_log_dirs(self.log_dirs)
         await cluster.check_log_dirs(self.log_dirs)
-        owners.cluster = cluster
+        await cluster.load_shared_state()
+        owners.use_cluster(cluster)
+        self.producer_ids = owners.producer_ids
 
     async def _join_cluster(self, cluster: ClusterNode, owners: Owners,
                             specs: list[ListenerSpec]) -> None:

@@ -35,7 +35,8 @@ from broker.group.offsets_store import OffsetsStore
 from broker.log.manager import LogDirLockedError, LogManager
 from broker.metadata.dynamic_config import DynamicBrokerConfig
 from broker.metadata.file_store import MetadataStore
-from broker.metadata.producer_ids import ProducerIdManager
+from broker.metadata.producer_ids import LocalProducerIdManager, ProducerIdManager
+from broker.metadata.shared_state import LocalSharedState, SharedState
 from broker.metadata.topic_admin import TopicAdmin, log_config
 from broker.replica.fetch_session import FetchSessionCache
 from broker.replica.replica_manager import ReplicaManager
@@ -72,14 +73,23 @@ class Owners:
         self.metadata = MetadataStore(self.log_dirs[0])
         self.log_manager = LogManager.for_broker(self.log_dirs, log_config(config, {}), config,
                                                  clock)
-        self.producer_ids = ProducerIdManager(self.log_dirs[0])
-        self.scram = ScramCredentialStore(self.metadata)
+        self.producer_ids: ProducerIdManager = LocalProducerIdManager(self.log_dirs[0])
+        #: The ACLs and SCRAM credentials: this broker's file, or the cluster's (``use_cluster``).
+        self.shared: SharedState = LocalSharedState(self.metadata)
+        self.scram = ScramCredentialStore(self.shared)
         self.fetch_sessions = FetchSessionCache()
         self.telemetry = ClientTelemetry.of(config)
         #: Cluster mode: set by the server before ``load`` (its cluster id checked); the
         #: handlers then answer from the cluster's metadata.
         self.cluster: ClusterNode | None = None
         self.loaded = False
+
+    def use_cluster(self, cluster: ClusterNode) -> None:
+        """Cluster mode, before ``load``: the cluster's shared state and producer ids in place
+        of this broker's own."""
+        self.cluster = cluster
+        self.shared = self.scram.state = cluster.shared_state
+        self.producer_ids = cluster.producer_ids
 
     @property
     def timers(self) -> list[Timer]:
@@ -99,9 +109,9 @@ class Owners:
                                "process, most likely another broker: stop it, or set log.dirs "
                                "to another directory") from None
         self.metadata.load()
-        self.authorizer = Authorizer.of(cfg, self.metadata)  # ConfigError: not Kafka's class
+        self.authorizer = Authorizer.of(cfg, self.shared)  # ConfigError: not Kafka's class
         # Kafka's DynamicBrokerConfig: the stored dynamic configs count from the first read.
-        dynamic = self.dynamic = DynamicBrokerConfig(cfg, self.metadata)
+        dynamic = self.dynamic = DynamicBrokerConfig(cfg, self.shared)
         dynamic.load()
         self.producer_ids.load()
         self.request_timer = Timer(self.request_clock)
@@ -109,7 +119,8 @@ class Owners:
                       else Timer(self.clock))
         rm = self.replica_manager = ReplicaManager(cfg["log.flush.interval.ms"],
                                                    self.request_timer, self.clock)
-        topics = self.topics = TopicAdmin(cfg, self.metadata, self.log_manager, rm, dynamic)
+        topics = self.topics = TopicAdmin(cfg, self.metadata, self.log_manager, rm, dynamic,
+                                          self.shared)
         self.log_manager.load()
         topics.open_all()
         store = self.offsets_store = OffsetsStore(rm, topics, cfg["offsets.topic.num.partitions"],

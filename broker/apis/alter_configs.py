@@ -31,10 +31,11 @@ VERSIONS = range(0, 3)
 TOPIC, BROKER = 2, 4
 
 
-def handle(ctx: ApiContext, request: Request) -> AlterConfigsResponse:
+def handle(ctx: ApiContext, request: Request) -> Any:
     body = request.body
-    return answer(AlterConfigsResponse, body.resources,
-                  lambda res: _alter(ctx, request, res, body.validate_only))
+    return ctx.topics.shared.answer(answer(AlterConfigsResponse, body.resources,
+                                           lambda res: _alter(ctx, request, res,
+                                                              body.validate_only)))
 
 
 def _alter(ctx: ApiContext, request: Request, res: Any, validate_only: bool) -> None:

@@ -8,7 +8,7 @@ Kafka's getErrorResponse); the per-user rules are ScramControlManager's (scram.p
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import AlterUserScramCredentialsResponse
 
@@ -26,7 +26,7 @@ Result = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
 CLUSTER_NAME = "kafka-cluster"
 
 
-def handle(ctx: ApiContext, request: Request) -> AlterUserScramCredentialsResponse:
+def handle(ctx: ApiContext, request: Request) -> Any:
     body = request.body
     if not ctx.authorizer.authorize(request.connection.session, AclOperation.ALTER,
                                     ResourceType.CLUSTER, CLUSTER_NAME):
@@ -36,7 +36,7 @@ def handle(ctx: ApiContext, request: Request) -> AlterUserScramCredentialsRespon
             throttle_time_ms=0,
             results=[Result(user=u, error_code=code, error_message=None) for u in users])
     results = ctx.scram.alter(body.deletions, body.upsertions)
-    return AlterUserScramCredentialsResponse(
+    return ctx.scram.state.answer(AlterUserScramCredentialsResponse(
         throttle_time_ms=0,
         results=[Result(user=r.user, error_code=r.error_code, error_message=r.error_message)
-                 for r in results])
+                 for r in results]))

@@ -34,7 +34,7 @@ VERSIONS = range(0, 4)
 Result = CreateAclsResponse.AclCreationResult
 
 
-def handle(ctx: ApiContext, request: Request) -> CreateAclsResponse:
+def handle(ctx: ApiContext, request: Request) -> Any:
     creations = request.body.creations
     bindings = [binding(c) for c in creations]
     for b in bindings:
@@ -47,9 +47,9 @@ def handle(ctx: ApiContext, request: Request) -> CreateAclsResponse:
     if not ctx.authorizer.enabled:
         return _all(len(bindings), ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.")
     results = ctx.authorizer.create_acls(bindings)
-    return CreateAclsResponse(throttle_time_ms=0, results=[
+    return ctx.authorizer.state.answer(CreateAclsResponse(throttle_time_ms=0, results=[
         Result(error_code=0, error_message=None) if error is None else
-        Result(error_code=error.error_code, error_message=str(error)) for error in results])
+        Result(error_code=error.error_code, error_message=str(error)) for error in results]))
 
 
 def binding(c: Any) -> AclBinding:

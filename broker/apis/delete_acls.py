@@ -37,7 +37,7 @@ MatchingAcl = FilterResult.DeleteAclsMatchingAcl
 logger = structlog.get_logger("broker.security")
 
 
-def handle(ctx: ApiContext, request: Request) -> DeleteAclsResponse:
+def handle(ctx: ApiContext, request: Request) -> Any:
     filters = [acl_filter(f) for f in request.body.filters]
     for f in filters:
         if f.is_unknown():
@@ -54,9 +54,9 @@ def handle(ctx: ApiContext, request: Request) -> DeleteAclsResponse:
         logger.exception("ACL deletions not saved", filters=len(filters))
         return _all(len(filters), ErrorCode.UNKNOWN_SERVER_ERROR,
                     "The server experienced an unexpected error when processing the request.")
-    return DeleteAclsResponse(throttle_time_ms=0, filter_results=[
+    return ctx.authorizer.state.answer(DeleteAclsResponse(throttle_time_ms=0, filter_results=[
         FilterResult(error_code=0, error_message=None,
-                     matching_acls=[_matching(b) for b in bindings]) for bindings in deleted])
+                     matching_acls=[_matching(b) for b in bindings]) for bindings in deleted]))
 
 
 def acl_filter(f: Any) -> AclBindingFilter:

@@ -123,15 +123,15 @@ def _describe(ctx: ApiContext, res: Any, synonyms: bool, docs: bool) -> Result:
 
 def _topic_entries(ctx: ApiContext, name: str, synonyms: bool, docs: bool) -> list[Entry] | None:
     validate_topic_name(name)
-    info = ctx.topics.metadata.topics.get(name)
-    if info is None:
+    overrides = ctx.topics.shared.topic_overrides(name)  # this broker's or the cluster's
+    if overrides is None:
         return None
     dynamic = ctx.topics.dynamic
     entries = []
-    for key, value in ctx.topics.topic_config(info).items():
+    for key, value in ctx.topics.topic_config(overrides).items():
         broker_key = TOPIC_CONFIG_DEFAULTS.get(key) or STORED_TOPIC_CONFIGS[key][0]
         if broker_key not in KEYS:
-            entries.append(_stored_entry(key, value, key in info.configs, synonyms, docs))
+            entries.append(_stored_entry(key, value, key in overrides, synonyms, docs))
             continue
         if key in STORED_TOPIC_CONFIGS:
             text = stored_topic_value_text(key, value)
@@ -139,7 +139,7 @@ def _topic_entries(ctx: ApiContext, name: str, synonyms: bool, docs: bool) -> li
         else:
             text, kind = _topic_value_text(key, value), TOPIC_TYPES.get(key, LONG)
         found = dynamic.synonyms(broker_key)
-        if key in info.configs:
+        if key in overrides:
             found.insert(0, (key, text, DYNAMIC_TOPIC_CONFIG))
         source = found[0][2] if found else DEFAULT_CONFIG
         entries.append(_entry(key, text, source, False, found if synonyms else [], kind,

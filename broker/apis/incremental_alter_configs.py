@@ -42,10 +42,11 @@ GROUP = 32
 _OP_NAMES = {APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
 
 
-def handle(ctx: ApiContext, request: Request) -> IncrementalAlterConfigsResponse:
+def handle(ctx: ApiContext, request: Request) -> Any:
     body = request.body
-    return answer(IncrementalAlterConfigsResponse, body.resources,
-                  lambda res: _alter(ctx, request, res, body.validate_only))
+    return ctx.topics.shared.answer(answer(IncrementalAlterConfigsResponse, body.resources,
+                                           lambda res: _alter(ctx, request, res,
+                                                              body.validate_only)))
 
 
 def _alter(ctx: ApiContext, request: Request, res: Any, validate_only: bool) -> None:

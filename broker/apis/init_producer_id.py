@@ -19,7 +19,7 @@ from kafka.protocol.producer import InitProducerIdResponse
 
 from broker.apis.authorize import allowed, allowed_any, cluster_allowed
 from broker.security.acl import AclOperation, ResourceType
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from broker.apis.context import ApiContext
@@ -45,7 +45,10 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     if req.transactional_id is None:
         if pid >= 0 and 0 <= epoch < _MAX_EPOCH - 1:
             return _answer(ErrorCode.NONE, pid, epoch + 1)
-        return _answer(ErrorCode.NONE, ctx.producer_ids.generate(), 0)
+        try:
+            return _answer(ErrorCode.NONE, ctx.producer_ids.generate(), 0)
+        except KafkaError as e:  # no producer id block at hand yet: the client retries
+            return _answer(ErrorCode(e.error_code), NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
     if (pid == NO_PRODUCER_ID) != (epoch == NO_PRODUCER_EPOCH):
         return _answer(ErrorCode.INVALID_REQUEST, NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
     expected = (pid, epoch) if pid != NO_PRODUCER_ID else None

@@ -39,8 +39,10 @@ from broker.cluster.partition_watcher import (
 )
 from broker.cluster.paths import CONTROLLER, CONTROLLER_EPOCH
 from broker.cluster.placement import PlacementError
+from broker.cluster.producer_id_block import ClusterProducerIdManager
 from broker.cluster.registration import BrokerInfo
 from broker.cluster.settings import ClusterSettings
+from broker.cluster.shared_state import EtcdSharedState
 from broker.cluster.store import Lease, MetadataStore, StoreError, cancel_and_wait
 from broker.cluster.topic_controller import (
     ControllerDuties,
@@ -102,6 +104,10 @@ class ClusterNode:
         self.cache = ClusterMetadataCache(self.view)
         self.watcher: PartitionStateWatcher | None = None
         self.replicas: ClusterReplicas | None = None
+        #: The ACLs and SCRAM credentials every broker shares, and producer ids by block.
+        self.shared_state = EtcdSharedState(self.store)
+        self.shared_state.on_topic_configs_changed(self._topic_configs_changed)
+        self.producer_ids = ClusterProducerIdManager(self.store, settings.node_id)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._creating: set[str] = set()  # topics being created (internal or auto-created)
         self._stopped = False
@@ -143,6 +149,20 @@ class ClusterNode:
         """Before the logs are loaded: the cluster id, every dir checked against it."""
         self.cluster_id = await self.membership.check_log_dirs(log_dirs)
         return self.cluster_id
+
+    def _topic_configs_changed(self, topic: str, configs: dict[str, str] | None) -> None:
+        if self.replicas is not None:
+            self.replicas.forget_topic_configs()
+
+    async def load_shared_state(self) -> None:
+        """Before the owners load: the shared ACLs and SCRAM credentials listed (then
+        followed), the first producer id block claimed."""
+        try:
+            await self.shared_state.start()
+            await self.producer_ids.start()
+        except StoreError as e:
+            raise StartupError(f"the cluster's shared state in {self.membership.where} cannot "
+                               f"be read ({e}): check that etcd is running") from None
 
     async def join(self, info: BrokerInfo, replicas: ClusterReplicas) -> None:
         """Once the listeners are bound: follow the live brokers, register (NodeIdInUse is a
@@ -192,6 +212,8 @@ class ClusterNode:
             await self.replicas.stop()
         for task in list(self._tasks):
             await cancel_and_wait(task)
+        await self.producer_ids.stop()
+        await self.shared_state.stop()
         await self.membership.close()
 
     # -- the controller's operations, for the admin handlers -----------------------------------
@@ -465,6 +487,10 @@ class ClusterReplicas:
                 call(listener)
             except Exception:
                 logger.exception("leadership listener failed")
+
+    def forget_topic_configs(self) -> None:
+        """A topic's configs changed: read them again at the next transition."""
+        self._configs.clear()
 
     async def _topic_configs(self, topic: str, topic_id: str, attempts: int = 5
                              ) -> dict[str, str]:

@@ -27,6 +27,7 @@ from broker.config import (
     value_text,
 )
 from broker.metadata.file_store import STORED_TOPIC_CONFIGS, TOPIC_CONFIG_DEFAULTS, MetadataStore
+from broker.metadata.shared_state import SharedState, shared_state_of
 from protocol.errors import ErrorCode, KafkaError
 
 logger = structlog.get_logger("broker")
@@ -242,12 +243,15 @@ def is_list_key(key: str) -> bool:
 
 
 class DynamicBrokerConfig:
-    def __init__(self, config: BrokerConfig, metadata: MetadataStore) -> None:
+    def __init__(self, config: BrokerConfig, metadata: MetadataStore | SharedState) -> None:
+        """The overrides live in ``metadata``: a single broker's file, or the cluster's
+        shared state, where the cluster default altered on another broker reaches this one."""
         self.config = config
-        self.metadata = metadata
+        self.shared = shared_state_of(metadata)
         self.node = str(config["node.id"])
         self._layers: dict[str, dict[str, str]] = {"": {}, self.node: {}}
         self._reconfigurables: list[Reconfigurable] = []
+        self.shared.on_broker_configs_changed(self._changed_elsewhere)
 
     # -- start ----------------------------------------------------------------------------------
     def load(self) -> None:
@@ -255,7 +259,7 @@ class DynamicBrokerConfig:
         before the logs open). An entry no longer valid (a key not dynamic, a bad value) is
         left out and logged, as Kafka ignores such persisted entries rather than not start."""
         for name in ("", self.node):
-            self._layers[name] = self._usable(name, self.metadata.broker_configs.get(name, {}))
+            self._layers[name] = self._usable(name, self.shared.broker_configs(name))
         self.config.update_from(self._layered(self._layers))
 
     def _layered(self, layers: dict[str, dict[str, str]]) -> BrokerConfig:
@@ -363,20 +367,36 @@ class DynamicBrokerConfig:
                     raise KafkaError(ErrorCode.INVALID_REQUEST, str(exc)) from None
         if validate_only:
             return
-        before = self.metadata.broker_configs.get(name)
-        self.metadata.broker_configs[name] = dict(overrides)
-        try:
-            self.metadata.save()
-        except BaseException:
-            if before is None:
-                self.metadata.broker_configs.pop(name, None)
-            else:
-                self.metadata.broker_configs[name] = before
-            raise
+        self.shared.change_broker_configs(name, overrides)
         self._layers[name] = dict(overrides)
         self.config.update_from(new)
         logger.info("dynamic broker config updated", resource=name or "<default>",
                  overrides=overrides, changed=sorted(changed))
+        self._reconfigure(due)
+
+    def _changed_elsewhere(self, name: str, overrides: dict[str, str]) -> None:
+        """Another broker altered the cluster default (or this broker's own resource was
+        changed in the cluster's store): taken in as at start, each owner told."""
+        if name not in self._layers:
+            return  # another broker's own overrides
+        usable = self._usable(name, overrides)
+        if usable == self._layers[name]:
+            return  # this broker's own change, coming back from the store
+        layers = {**self._layers, name: usable}
+        try:
+            new = self._layered(layers)
+        except ConfigError as exc:
+            logger.error("dynamic broker config from the cluster ignored",
+                         resource=name or "<default>", reason=str(exc))
+            return
+        changed = {k for k in KEYS if new[k] != self.config[k]}
+        self._layers = layers
+        self.config.update_from(new)
+        logger.info("dynamic broker config updated by the cluster",
+                    resource=name or "<default>", overrides=usable, changed=sorted(changed))
+        self._reconfigure([r for r in self._reconfigurables if r.keys & changed])
+
+    def _reconfigure(self, due: list[Reconfigurable]) -> None:
         for r in due:
             try:
                 r.apply(self.config)

@@ -7,6 +7,8 @@ the group coordinator never touch those pieces themselves.
 
 from __future__ import annotations
 
+import uuid
+
 import structlog
 
 from broker.config import KEYS, BrokerConfig, value_text
@@ -23,13 +25,15 @@ from broker.metadata.file_store import (
     validate_topic_configs,
     validate_topic_name,
 )
+from broker.metadata.shared_state import LocalSharedState, SharedState
 from broker.replica.partition import Partition
 from broker.replica.replica_manager import ReplicaManager
 from protocol.errors import ErrorCode, KafkaError
 
 logger = structlog.get_logger("broker")
 
-_MAX_LOG_CONFIGS = 1024  # distinct sets of topic overrides whose LogConfig is kept
+_MAX_LOG_CONFIGS = 1024
+_NO_ID = uuid.UUID(int=0)  # distinct sets of topic overrides whose LogConfig is kept
 
 
 def topic_defaults(config: BrokerConfig) -> dict[str, str]:
@@ -50,11 +54,15 @@ def log_config(config: BrokerConfig, overrides: dict[str, str]) -> LogConfig:
 class TopicAdmin:
     def __init__(self, config: BrokerConfig, metadata: MetadataStore, log_manager: LogManager,
                  replica_manager: ReplicaManager,
-                 dynamic: DynamicBrokerConfig | None = None) -> None:
+                 dynamic: DynamicBrokerConfig | None = None,
+                 shared: SharedState | None = None) -> None:
         """Build after MetadataStore.load and before LogManager.load: without ``dynamic`` it
-        loads the broker's dynamic configs itself, so the logs open with them."""
+        loads the broker's dynamic configs itself, so the logs open with them. ``shared``
+        holds the topics' overrides (the metadata file's unless given: the cluster's)."""
         self.config = config
         self.metadata = metadata
+        self.shared = shared if shared is not None else LocalSharedState(metadata)
+        self.shared.on_topic_configs_changed(self._topic_configs_changed)
         self.log_manager = log_manager
         self.replica_manager = replica_manager
         self._log_configs: dict[tuple[tuple[str, str], ...], LogConfig] = {}
@@ -67,9 +75,9 @@ class TopicAdmin:
         log_manager.default_config = self.log_config({})
 
     # -- configs --------------------------------------------------------------------------------
-    def topic_config(self, topic: TopicInfo | None) -> dict[str, str]:
+    def topic_config(self, topic: TopicInfo | dict[str, str] | None) -> dict[str, str]:
         """Effective topic configs: the topic's overrides over the broker's defaults."""
-        overrides = topic.configs if topic else {}
+        overrides = (topic if isinstance(topic, dict) else topic.configs) if topic else {}
         return {**self._defaults(), **{k: v for k, v in overrides.items()
                                        if k in TOPIC_CONFIG_KEYS}}
 
@@ -89,8 +97,7 @@ class TopicAdmin:
 
     def topic_overrides(self, name: str) -> dict[str, str]:
         """A topic's own configs (empty for an unknown topic, as Kafka's config store)."""
-        info = self.metadata.topics.get(name)
-        return dict(info.configs) if info is not None else {}
+        return dict(self.shared.topic_overrides(name) or {})
 
     def alter_topic_configs(self, name: str, configs: dict[str, str],
                             validate_only: bool = False) -> None:
@@ -102,14 +109,28 @@ class TopicAdmin:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed.")
         validate_topic_name(name)
         validate_topic_configs(configs, self._defaults())
-        info = self.metadata.topics.get(name)
-        if info is None:
+        if self.shared.topic_overrides(name) is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name}")
         if validate_only:
             return
-        self.metadata.set_configs(name, configs)
-        self._apply(info)
+        self.shared.change_topic_configs(name, configs)
+        info = self.metadata.topics.get(name)
+        if info is not None:
+            self._apply(info)
+        else:  # a topic of the cluster: the partitions this broker holds
+            self._apply_held(name, configs)
         logger.info("topic configs altered", topic=name, configs=configs)
+
+    def _topic_configs_changed(self, name: str, configs: dict[str, str] | None) -> None:
+        """Another broker altered a topic of the cluster: its partitions here follow."""
+        if configs is not None:
+            self._apply_held(name, configs)
+            logger.info("topic configs changed", topic=name, configs=configs)
+
+    def _apply_held(self, name: str, configs: dict[str, str]) -> None:
+        held = [index for topic, index in list(self.replica_manager.partitions)
+                if topic == name]
+        self._apply(TopicInfo(name, _NO_ID, max(held, default=-1) + 1, configs))
 
     def refresh_all(self) -> None:
         """The broker's topic defaults changed: every topic's logs take their new config."""

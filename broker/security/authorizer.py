@@ -16,8 +16,11 @@ SECURITY_DISABLED. On, an action (principal, host, operation, resource) is decid
 The ACLs are indexed so one decision looks at only the ACLs of that resource: a dict by (type,
 name) for LITERAL ones, and per type a dict by prefix with the set of prefix lengths in use, so
 a name is looked up once per distinct prefix length rather than against every PREFIXED ACL.
-Creations and deletions are written to the metadata file (``MetadataStore.acls``) before they
-are answered, as Kafka's controller commits its ACL records before replying.
+The ACLs live in the shared state (broker/metadata/shared_state.py): a single broker's metadata
+file, where creations and deletions are written before they are answered, as Kafka's controller
+commits its ACL records before replying; in cluster mode etcd, whose changes made by other
+brokers come back through ``reload`` (Kafka's ZooKeeper-era authorizer followed the ACL znodes
+the same way).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import structlog
 
 from broker.config import BrokerConfig, ConfigError
 from broker.metadata.file_store import MetadataStore
+from broker.metadata.shared_state import SharedState, shared_state_of
 from broker.security.acl import (
     CLUSTER_NAME,
     SUPPORTED_OPERATIONS,
@@ -79,10 +83,10 @@ def parse_super_users(text: str) -> frozenset[str]:
 
 
 class Authorizer:
-    def __init__(self, metadata: MetadataStore, *, enabled: bool = False,
+    def __init__(self, state: SharedState | MetadataStore, *, enabled: bool = False,
                  super_users: frozenset[str] = frozenset(),
                  allow_if_no_acl: bool = False) -> None:
-        self.metadata = metadata
+        self.state = shared_state_of(state)
         self.enabled = enabled
         self.super_users = super_users
         self.allow_if_no_acl = allow_if_no_acl
@@ -92,17 +96,17 @@ class Authorizer:
         self._literal: dict[tuple[ResourceType, str], set[AclBinding]] = {}
         self._prefixed: dict[ResourceType, dict[str, set[AclBinding]]] = {}
         self._prefix_lengths: dict[ResourceType, Counter[int]] = {}
-        for doc in metadata.acls:
-            self._add(AclBinding.from_json(doc))
+        self._load()
+        self.state.on_acls_changed(self.reload)
 
     @classmethod
-    def of(cls, cfg: BrokerConfig, metadata: MetadataStore) -> Authorizer:
+    def of(cls, cfg: BrokerConfig, state: SharedState | MetadataStore) -> Authorizer:
         """From the broker's keys; ConfigError for an authorizer class this broker is not."""
         name = cfg["authorizer.class.name"]
         if name and name not in AUTHORIZER_CLASSES:
             raise ConfigError(f"authorizer.class.name={name!r}: only Kafka's ACL authorizers "
                               f"are served ({', '.join(sorted(AUTHORIZER_CLASSES))})")
-        return cls(metadata, enabled=bool(name),
+        return cls(state, enabled=bool(name),
                    super_users=parse_super_users(cfg["super.users"]),
                    allow_if_no_acl=cfg["allow.everyone.if.no.acl.found"])
 
@@ -244,7 +248,7 @@ class Authorizer:
             results.append(None)
         if added:
             try:
-                self._save()
+                self._save(added, ())
             except Exception:
                 for binding in added:
                     self._remove(binding)
@@ -275,7 +279,7 @@ class Authorizer:
             for binding in removed:
                 self._remove(binding)
             try:
-                self._save()
+                self._save((), removed)
             except Exception:
                 for binding in removed:
                     self._add(binding)
@@ -338,9 +342,24 @@ class Authorizer:
                 if not acls:
                     del self._literal[key]
 
-    def _save(self) -> None:
-        self.metadata.acls = [b.to_json() for b in sorted(self._acls, key=_order)]
-        self.metadata.save()
+    def _save(self, added: Iterable[AclBinding], removed: Iterable[AclBinding]) -> None:
+        self.state.change_acls([b.to_json() for b in sorted(self._acls, key=_order)],
+                               [b.to_json() for b in added], [b.to_json() for b in removed])
+
+    def _load(self) -> None:
+        for doc in self.state.acls:
+            try:
+                self._add(AclBinding.from_json(doc))
+            except (KeyError, ValueError, TypeError):
+                logger.error("unreadable ACL skipped", acl=doc)
+
+    def reload(self) -> None:
+        """The shared ACLs changed elsewhere (another broker): decide by them from now on."""
+        self._acls.clear()
+        self._literal.clear()
+        self._prefixed.clear()
+        self._prefix_lengths.clear()
+        self._load()
 
 
 def validate_new_acl(b: AclBinding) -> str | None:

@@ -2,9 +2,11 @@
 
 Only what a server needs is kept: salt, stored key, server key and iterations (Kafka's
 UserScramCredentialRecord). The admin client sends the salted password, never the password, and
-the salted password itself is not kept either: it would let anyone log in. Stored in
-``MetadataStore.scram_credentials`` as user -> mechanism name -> {"salt", "stored_key",
-"server_key" (base64), "iterations"}; every change is saved before it is answered.
+the salted password itself is not kept either: it would let anyone log in. Kept in the shared
+state (broker/metadata/shared_state.py: a single broker's metadata file, or etcd in cluster
+mode, where a user created through one broker logs in on any) as user -> mechanism name ->
+{"salt", "stored_key", "server_key" (base64), "iterations"}; every change is durable before it
+is answered.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from broker.metadata.file_store import MetadataStore
+from broker.metadata.shared_state import SharedState, shared_state_of
 from protocol.errors import ErrorCode
 
 UNSUPPORTED_SASL_MECHANISM = ErrorCode.UNSUPPORTED_SASL_MECHANISM
@@ -118,17 +121,17 @@ class UserResult:
 class ScramCredentialStore:
     """The broker's SCRAM users; read at every SCRAM login, changed by AlterUserScramCredentials."""
 
-    def __init__(self, metadata: MetadataStore) -> None:
-        self.metadata = metadata
+    def __init__(self, state: SharedState | MetadataStore) -> None:
+        self.state = shared_state_of(state)
 
     def get(self, user: str, mechanism: str) -> ScramCredential | None:
-        doc = self.metadata.scram_credentials.get(user, {}).get(mechanism)
+        doc = self.state.scram_credentials.get(user, {}).get(mechanism)
         return ScramCredential.from_json(doc) if doc is not None else None
 
     def describe(self, users: Sequence[str] | None) -> list[UserResult]:
         """Kafka's ScramImage.describe: every user when ``users`` is None or empty; a user
         named twice is DUPLICATE_RESOURCE, one without credentials RESOURCE_NOT_FOUND."""
-        stored = self.metadata.scram_credentials
+        stored = self.state.scram_credentials
         seen: dict[str, bool] = {}
         if not users:
             seen = {user: False for user in sorted(stored)}
@@ -141,7 +144,7 @@ class ScramCredentialStore:
                 results.append(UserResult(user, DUPLICATE_RESOURCE, _DESCRIBE_DUPLICATE + user))
                 continue
             creds = stored.get(user, {})
-            infos = tuple((m.type, int(creds[m.name]["iterations"]))  # type: ignore[call-overload]
+            infos = tuple((m.type, int(creds[m.name]["iterations"]))
                           for m in (SCRAM_SHA_256, SCRAM_SHA_512) if m.name in creds)
             if infos:
                 results.append(UserResult(user, credentials=infos))
@@ -177,14 +180,11 @@ class ScramCredentialStore:
             else:
                 to_upsert[u.name] = u
         results: list[UserResult] = []
-        stored = self.metadata.scram_credentials
-        changed = False
+        stored = self.state.scram_credentials
+        changed: dict[str, dict[str, dict[str, object]]] = {}
         for d in to_delete.values():
-            creds = stored.get(d.name, {})
+            creds = changed[d.name] = dict(stored.get(d.name, {}))
             creds.pop(BY_TYPE[d.mechanism].name, None)
-            if not creds:
-                stored.pop(d.name, None)
-            changed = True
             results.append(UserResult(d.name))
         for u in to_upsert.values():
             if not u.salted_password:  # Kafka's HMAC refuses an empty key: an unknown error
@@ -193,17 +193,16 @@ class ScramCredentialStore:
             mech = BY_TYPE[u.mechanism]
             cred = ScramCredential(bytes(u.salt), mech.stored_key(bytes(u.salted_password)),
                                    mech.server_key(bytes(u.salted_password)), u.iterations)
-            stored.setdefault(u.name, {})[mech.name] = cred.to_json()
-            changed = True
+            changed.setdefault(u.name, dict(stored.get(u.name, {})))[mech.name] = cred.to_json()
             results.append(UserResult(u.name))
         results.extend(UserResult(user, code, message) for user, (code, message) in errors.items())
         if changed:
-            self.metadata.save()
+            self.state.change_scram(changed)
         return results
 
     def _check_deletion(self, d: Deletion) -> tuple[int, str] | None:
         problem = _check_name_and_mechanism(d.name, d.mechanism)
-        if problem is None and BY_TYPE[d.mechanism].name not in self.metadata.scram_credentials.get(
+        if problem is None and BY_TYPE[d.mechanism].name not in self.state.scram_credentials.get(
                 d.name, {}):
             return RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist"
         return problem

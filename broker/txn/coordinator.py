@@ -32,7 +32,7 @@ from broker.txn.transaction_metadata import (
     TxnTransit,
     is_epoch_exhausted,
 )
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from purgatory import Timer, WallClock
 
 if TYPE_CHECKING:
@@ -270,7 +270,11 @@ class TransactionCoordinator:
         self.ensure_topic()
         md = self.transactions.get(transactional_id)
         if md is None:
-            md = TransactionMetadata(transactional_id, self.producer_ids.generate(),
+            try:
+                producer_id = self.producer_ids.generate()
+            except KafkaError as e:  # no producer id block at hand yet: the client retries
+                return completed(InitProducerIdResult(e.error_code))
+            md = TransactionMetadata(transactional_id, producer_id,
                                      NO_PRODUCER_EPOCH, txn_timeout_ms, S.EMPTY, self._wall_ms())
             self.transactions[transactional_id] = md
         prepared = self._prepare_init(md, txn_timeout_ms, expected)
@@ -310,7 +314,11 @@ class TransactionCoordinator:
         if md.state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
             if md.is_producer_epoch_exhausted and (expected is None
                                                    or expected[1] == md.producer_epoch):
-                return md.prepare_producer_id_rotation(self.producer_ids.generate(), timeout_ms,
+                try:
+                    producer_id = self.producer_ids.generate()
+                except KafkaError as e:
+                    return e.error_code
+                return md.prepare_producer_id_rotation(producer_id, timeout_ms,
                                                        now, expected is not None)
             return md.prepare_increment_producer_epoch(
                 timeout_ms, expected[1] if expected is not None else None, now)

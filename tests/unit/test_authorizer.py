@@ -338,7 +338,7 @@ def test_a_failed_save_changes_nothing(tmp_path: Path, monkeypatch: pytest.Monke
     def broken() -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(auth.metadata, "save", broken)
+    monkeypatch.setattr(auth.state.metadata, "save", broken)  # type: ignore[attr-defined]
     [result] = auth.create_acls([acl("TOPIC u LITERAL User:alice * READ ALLOW")])
     assert result is not None and result.error_code == ErrorCode.UNKNOWN_SERVER_ERROR
     with pytest.raises(OSError):
