@@ -103,9 +103,9 @@ class GroupCoordinator:
     def start(self) -> None:
         """Rebuild every group from the offsets topic, if any (it is created on first use)."""
         self.groups.clear()
-        self.store.load(self.groups)
+        self.offsets.clear()
+        self.store.load(self.groups, self.offsets)
         self.consumer.restore()
-        self.offsets.loaded()
         for classic in self.groups.classic_groups():
             for member in classic.members.values():
                 self._schedule_heartbeat(classic, member)
@@ -177,13 +177,12 @@ class GroupCoordinator:
 
     def _classic_from_empty_consumer_group(self, consumer_group: ConsumerGroup
                                            ) -> GroupMetadata:
-        """An empty consumer group may change protocol: a classic group takes its place and
-        its offsets (Kafka's maybeDeleteEmptyConsumerGroup)."""
+        """An empty consumer group may change protocol: a classic group takes its place; the
+        offsets, kept by group id, stay (Kafka's maybeDeleteEmptyConsumerGroup)."""
         gid = consumer_group.group_id
         self.consumer.remove_group(consumer_group)
         group = GroupMetadata(gid, clock=self.clock)
         self.groups.put(group)
-        group.take_offsets(consumer_group)
         self.store.write(gid, [self.consumer.tombstone(gid)])
         logger.info("empty consumer group becomes a classic group", group=gid)
         return group

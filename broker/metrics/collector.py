@@ -434,7 +434,7 @@ class BrokerCollector(Collector):
         partitions = rm.partitions
         for g in [*classic, *modern]:
             members.add_metric([g.group_id], len(g.members))
-            for (topic, index), om in sorted(g.offsets.items()):
+            for (topic, index), om in sorted(coordinator.offsets.committed(g.group_id).items()):
                 lab = [g.group_id, topic, str(index)]
                 committed.add_metric(lab, om.offset)
                 p = partitions.get((topic, index))
