@@ -32,6 +32,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         own = getattr(test, "_hypothesis_internal_use_settings", None)
         if test is not None and own is not None and own.max_examples > cap:
             test._hypothesis_internal_use_settings = settings(own, max_examples=cap)
+        # A rule-based state machine's settings live on its TestCase class.
+        machine = getattr(item, "cls", None)
+        own = getattr(machine, "settings", None)
+        if isinstance(own, settings) and own.max_examples > cap:
+            machine.settings = settings(own, max_examples=cap)  # type: ignore[union-attr]
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ State machine (Kafka's): Empty -> PreparingRebalance -> CompletingRebalance -> S
 PreparingRebalance when membership changes, and Dead when the group is deleted. Invariants:
 `leader_id` is a member (or None when there are none); `static_members` maps each static
 member's instance id to its current member id; `pending_sync` is a subset of the members.
-Its committed offsets are the offset cache it inherits (offset_cache.py).
+Its committed offsets are not here: the OffsetMetadataManager holds them by group id.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from broker.group.classic_member import MemberMetadata
-from broker.group.offset_cache import GroupOffsets
 from protocol.errors import ErrorCode
 from purgatory import WallClock
 
@@ -27,7 +26,7 @@ class GroupState(Enum):
 
 
 @dataclass(eq=False)
-class GroupMetadata(GroupOffsets):
+class GroupMetadata:
     """A classic group (JoinGroup/SyncGroup); the invariants are the module's."""
 
     group_id: str

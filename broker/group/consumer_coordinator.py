@@ -16,8 +16,8 @@ partitions.
 
 Members and assignments live in memory only: the group record written to __consumer_offsets
 holds the group epoch, so after a restart the group is known (Empty) and a member heartbeating
-with its old id is answered UNKNOWN_MEMBER_ID and rejoins. Committed offsets are kept as for
-classic groups (GroupOffsets).
+with its old id is answered UNKNOWN_MEMBER_ID and rejoins. Committed offsets are the
+OffsetMetadataManager's, by group id, for both protocols alike.
 """
 
 from __future__ import annotations
@@ -133,7 +133,8 @@ class ConsumerGroupCoordinator:
     """The consumer protocol's side of the registry: its groups' members, epochs, assignments
     and deadlines. It reads the topics and the groups' configs from ``metadata`` and writes
     its group records with ``write``; a group it creates enters the registry once it has a
-    member, replacing the Empty classic group it took the offsets of, if any."""
+    member, replacing the Empty classic group of its id, if any (the offsets, kept by group
+    id, stay)."""
 
     def __init__(self, config: ConsumerGroupConfig, groups: GroupRegistry, timer: Timer,
                  clock: WallClock, metadata: MetadataStore,
@@ -312,7 +313,7 @@ class ConsumerGroupCoordinator:
 
     def group_for_heartbeat(self, group_id: str, create: bool) -> ConsumerGroup:
         """Kafka's getOrMaybeCreateConsumerGroup: an empty classic group gives way to a new
-        consumer group (its offsets stay); a group with classic members is not a consumer
+        consumer group (the group id's offsets stay); a group with classic members is not a consumer
         group. A created group joins ``groups`` once it has a member."""
         found = self.groups.get(group_id)
         if isinstance(found, ConsumerGroup):
@@ -324,11 +325,9 @@ class ConsumerGroupCoordinator:
             raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND,
                              f"Group {group_id} is not a consumer group.")
         group = ConsumerGroup(group_id=group_id, clock=self.clock)
-        if found is not None:
-            if not found.is_(GroupState.EMPTY):
-                raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND,
-                                 f"Group {group_id} is not a consumer group.")
-            group.take_offsets(found)
+        if found is not None and not found.is_(GroupState.EMPTY):
+            raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND,
+                             f"Group {group_id} is not a consumer group.")
         return group
 
     def _dynamic_member(self, group: ConsumerGroup, member_id: str, req: HeartbeatRequest

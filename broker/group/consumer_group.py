@@ -27,7 +27,6 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from broker.group.consumer_member import ConsumerGroupMember, MemberState, Partitions
-from broker.group.offset_cache import GroupOffsets
 from purgatory import WallClock
 
 
@@ -40,7 +39,7 @@ class ConsumerGroupState(Enum):
 
 
 @dataclass(eq=False, kw_only=True)
-class ConsumerGroup(GroupOffsets):
+class ConsumerGroup:
     """A consumer group (Kafka's ConsumerGroup). Invariants: `partition_epochs` maps exactly
     the partitions some member holds (assigned or pending revocation) to that member's epoch;
     `static_members` maps each static member's instance id to its member id; the state

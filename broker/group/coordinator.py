@@ -109,14 +109,14 @@ class GroupCoordinator:
         Following partition leadership, nothing is loaded here: each partition is loaded when
         this broker becomes its leader."""
         self.groups.clear()
+        self.offsets.clear()
         if self.ownership is None:
-            self.store.load(self.groups)
+            self.store.load(self.groups, self.offsets)
         self._loaded(self.groups.values())
 
     def _loaded(self, groups: Iterable[GroupMetadata | ConsumerGroup]) -> None:
-        """Groups read back from the log: their states, the offsets' index, the sessions."""
+        """Groups read back from the log: their states and sessions."""
         self.consumer.restore()
-        self.offsets.loaded()
         for classic in groups:
             if isinstance(classic, GroupMetadata):
                 for member in classic.members.values():
@@ -148,7 +148,7 @@ class GroupCoordinator:
         self.begin_loading(partition)
         self._unload_groups(partition)
         before = set(self.groups)
-        self.store.load_partition(partition, self.groups)
+        self.store.load_partition(partition, self.groups, self.offsets)
         self._loaded([g for g in self.groups.values() if g.group_id not in before])
         if self.ownership is not None:
             self.ownership.loaded(partition)
@@ -169,8 +169,7 @@ class GroupCoordinator:
                 self.consumer.remove_group(group)
             else:
                 self._unload_classic(group)
-        if groups:
-            self.offsets.loaded()
+            self.offsets.unload_group(group.group_id)
         return len(groups)
 
     def _unload_classic(self, group: GroupMetadata) -> None:
@@ -263,13 +262,12 @@ class GroupCoordinator:
 
     def _classic_from_empty_consumer_group(self, consumer_group: ConsumerGroup
                                            ) -> GroupMetadata:
-        """An empty consumer group may change protocol: a classic group takes its place and
-        its offsets (Kafka's maybeDeleteEmptyConsumerGroup)."""
+        """An empty consumer group may change protocol: a classic group takes its place; the
+        offsets, kept by group id, stay (Kafka's maybeDeleteEmptyConsumerGroup)."""
         gid = consumer_group.group_id
         self.consumer.remove_group(consumer_group)
         group = GroupMetadata(gid, clock=self.clock)
         self.groups.put(group)
-        group.take_offsets(consumer_group)
         self.store.write(gid, [self.consumer.tombstone(gid)])
         logger.info("empty consumer group becomes a classic group", group=gid)
         return group

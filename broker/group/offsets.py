@@ -1,17 +1,21 @@
 """OffsetMetadataManager: the groups' committed offsets (Kafka's OffsetMetadataManager).
 
-It owns every operation on offsets, for classic and consumer groups alike: OffsetCommit,
-TxnOffsetCommit, OffsetFetch, OffsetDelete, the deletion of a deleted group's offsets, the
-transactions' markers and expiry (offsets.retention.minutes). The offsets themselves live in
-each group's offset cache (offset_cache.py), found through the registry; the coordinators
-keep membership and hand this manager what it needs of it as callbacks.
+It owns the offsets and every operation on them, for classic and consumer groups alike:
+OffsetCommit, TxnOffsetCommit, OffsetFetch, OffsetDelete, the deletion of a deleted group's
+offsets, the transactions' markers, expiry (offsets.retention.minutes) and whether a group has
+offsets at all. As in Kafka 4 the offsets live in this manager's own maps, keyed by group id
+(offset_cache.py), apart from the group objects of the registry: a group changing protocol
+keeps them and a group object carries none. The coordinators keep membership and hand this
+manager what it needs of it as callbacks; the loader replays `__consumer_offsets` into it.
 
 Transactional offset commits (KIP-98, KIP-447) are written at once as a transactional batch
 but stay pending, by producer id, until the transaction coordinator has the transaction's
 marker written to the group's partition and calls handle_txn_completion; only then do they
-become the group's committed offsets (commit) or vanish (abort). Invariant: a producer is in
-`open_groups_for_producer` exactly while some group holds offsets pending for it, or while
-its append is on its way.
+become the group's committed offsets (commit) or vanish (abort). Invariants: a producer is in
+`open_transactions_by_group[g]` from its first transactional commit to g until the marker
+(or the failure of its only append), even if OffsetDelete removed its pending offsets
+meanwhile (Kafka's openTransactionsByGroup); a committed offset never gives way to one from an
+earlier batch.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import structlog
 
 from broker.group.classic_group import GroupMetadata, GroupState
 from broker.group.consumer_group import ConsumerGroup
+from broker.group.offset_cache import LoggedOffset, Offsets
 from broker.group.offsets_store import offset_key, offset_value
 from broker.replica.delayed_result import Completion, completed
 from protocol.errors import ErrorCode
@@ -30,7 +35,7 @@ from protocol.errors import ErrorCode
 if TYPE_CHECKING:
     from broker.coordinator.records import Record
     from broker.group.consumer_member import ConsumerGroupMember
-    from broker.group.offset_cache import GroupOffsets, OffsetAndMetadata
+    from broker.group.offset_cache import OffsetAndMetadata
     from broker.group.offsets_store import OffsetsStore
     from broker.group.registry import Group, GroupRegistry
     from purgatory import WallClock
@@ -43,7 +48,8 @@ MAX_METADATA = 4096  # Kafka's offset.metadata.max.bytes
 
 
 class OffsetMetadataManager:
-    """Commits, fetches, deletes and expires the groups' offsets; completes transactional ones.
+    """Holds, commits, fetches, deletes and expires the groups' offsets; completes
+    transactional ones.
 
     ``keep_session``: a classic member's commit keeps its session; ``held``: whether a
     consumer-group member has held the partitions since its previous epoch; ``delete_group``:
@@ -63,16 +69,98 @@ class OffsetMetadataManager:
         self._keep_session = keep_session
         self._held = held
         self._delete_group = delete_group
-        # Kafka's openGroupsForProducer: the groups holding a producer's pending transactional
-        # offsets, so a marker finds them without scanning every group.
-        self.open_groups_for_producer: dict[int, set[str]] = {}
+        # What is committed, with the log offset of each offset's batch.
+        self.offsets: Offsets[LoggedOffset] = Offsets()
+        # Plain commits on their way to the log.
+        self.pending_offset_commits: Offsets[OffsetAndMetadata] = Offsets()
+        # Producer id -> its transactional commits awaiting the transaction's marker.
+        self.pending_transactional_offsets: dict[int, Offsets[LoggedOffset]] = {}
+        # Group id -> the producers with an open transaction that committed offsets to it.
+        self.open_transactions_by_group: dict[str, set[int]] = {}
 
-    def loaded(self) -> None:
-        """The groups were read back from the log: index their pending transactional offsets."""
-        self.open_groups_for_producer.clear()
-        for group in self.groups.values():
-            for producer_id in group.pending_txn_offset_commits:
-                self.open_groups_for_producer.setdefault(producer_id, set()).add(group.group_id)
+    def clear(self) -> None:
+        """Forget every offset: the coordinator is about to load the log again."""
+        self.offsets = Offsets()
+        self.pending_offset_commits = Offsets()
+        self.pending_transactional_offsets.clear()
+        self.open_transactions_by_group.clear()
+
+    def unload_group(self, group_id: str) -> None:
+        """The group's partition is led elsewhere now (Kafka's removeGroupsForPartition): its
+        offsets, commits on their way and open transactions leave this broker with it."""
+        self.offsets.remove_group(group_id)
+        self.pending_offset_commits.remove_group(group_id)
+        for producer_id in self.open_transactions_by_group.pop(group_id, ()):
+            pending = self.pending_transactional_offsets.get(producer_id)
+            if pending is not None:
+                pending.remove_group(group_id)
+                if not pending:
+                    del self.pending_transactional_offsets[producer_id]
+
+    # -- what the group has ----------------------------------------------------------------
+    def has_offsets(self, group_id: str) -> bool:
+        """Kafka's hasOffsets: an Empty group without any is dead at the next cleanup; a
+        commit on its way or an open transaction keeps it, since the transaction's marker may
+        still commit its offsets."""
+        return (self.offsets.has_group(group_id)
+                or self.pending_offset_commits.has_group(group_id)
+                or group_id in self.open_transactions_by_group)
+
+    def committed(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The group's committed offsets (the metrics read them)."""
+        return {tp: e.offset_and_metadata for tp, e in self.offsets.items(group_id)}
+
+    def committed_topics(self, group_id: str) -> set[str]:
+        return self.offsets.topics(group_id)
+
+    def has_pending_offset_commits_for(self, group_id: str, tp: TopicPartition) -> bool:
+        """A plain or transactional commit of the partition is still undecided (KIP-447)."""
+        if self.pending_offset_commits.get(group_id, tp) is not None:
+            return True
+        return any(self._pending_txn(producer_id, group_id, tp) is not None
+                   for producer_id in self.open_transactions_by_group.get(group_id, ()))
+
+    def _pending_txn(self, producer_id: int, group_id: str, tp: TopicPartition
+                     ) -> LoggedOffset | None:
+        pending = self.pending_transactional_offsets.get(producer_id)
+        return pending.get(group_id, tp) if pending is not None else None
+
+    def _older_than(self, group_id: str, tp: TopicPartition, batch_offset: int) -> bool:
+        """No committed offset for the partition, or one from a batch before
+        ``batch_offset``."""
+        current = self.offsets.get(group_id, tp)
+        return current is None or (
+            -1 if current.batch_offset is None else current.batch_offset) < batch_offset
+
+    def _put_committed(self, group_id: str, tp: TopicPartition, om: OffsetAndMetadata,
+                       batch_offset: int) -> None:
+        self.offsets.put(group_id, tp, LoggedOffset(om, batch_offset))
+
+    # -- replaying __consumer_offsets ------------------------------------------------------
+    def replay_offset_commit(self, group_id: str, tp: TopicPartition,
+                             om: OffsetAndMetadata | None, batch_offset: int,
+                             producer_id: int | None) -> None:
+        """One offset record read back (Kafka's OffsetMetadataManager.replay): a plain one is
+        committed (a tombstone removes the committed offset), a transactional one pending for
+        its producer (a tombstone removes that pending offset) until the producer's marker."""
+        if producer_id is None:
+            if om is None:
+                self.offsets.remove(group_id, tp)
+            else:
+                self._put_committed(group_id, tp, om, batch_offset)
+            return
+        if om is None:
+            self._remove_pending_txn(producer_id, group_id, tp)
+            self._close_if_nothing_pending(producer_id, group_id)
+        else:
+            self._put_pending_txn(producer_id, group_id, tp, LoggedOffset(om, batch_offset))
+
+    def replay_end_txn_marker(self, producer_id: int, partition: int, commit: bool
+                              ) -> list[str]:
+        """The producer's control batch read back in a partition of __consumer_offsets: its
+        pending offsets of the groups there are committed (unless a record later in the log
+        already committed the partition) or dropped. Returns those groups' ids."""
+        return self._complete_txn(producer_id, {partition}, commit)
 
     # -- OffsetCommit ----------------------------------------------------------------------
     def commit_offsets(
@@ -81,26 +169,20 @@ class OffsetMetadataManager:
     ) -> Completion[dict[TopicPartition, ErrorCode]]:
         """OffsetCommit; ``generation_id`` is a member epoch for a consumer group (v9+)."""
         found = self.groups.get(group_id)
-        group: GroupOffsets | None
         if isinstance(found, ConsumerGroup):
             error = _consumer_commit_error(found, member_id, generation_id,
                                            transactional=False, api_version=api_version,
                                            held=lambda m: self._held(m, offsets))
-            group = found
         else:
-            classic = found
-            error = _check_commit(classic, member_id, instance_id, generation_id)
-            if classic is None and error == ErrorCode.ILLEGAL_GENERATION and api_version >= 9:
+            error = _check_commit(found, member_id, instance_id, generation_id)
+            if found is None and error == ErrorCode.ILLEGAL_GENERATION and api_version >= 9:
                 error = ErrorCode.GROUP_ID_NOT_FOUND  # Kafka's answer from v9, both protocols
-            if error is None and classic is None:
-                classic = GroupMetadata(group_id, clock=self.clock)
-                self.groups.put(classic)
-            elif error is None and classic is not None:
-                self._keep_session(classic, member_id)
-            group = classic
+            if error is None and found is None:
+                self.groups.put(GroupMetadata(group_id, clock=self.clock))  # a simple group
+            elif error is None and found is not None:
+                self._keep_session(found, member_id)
         if error is not None:
             return completed({tp: error for tp in offsets})
-        assert group is not None
         results: dict[TopicPartition, ErrorCode] = {}
         accepted: dict[TopicPartition, OffsetAndMetadata] = {}
         for tp, om in offsets.items():
@@ -113,22 +195,32 @@ class OffsetMetadataManager:
         if not accepted:
             return completed(results)
         answer: Completion[dict[TopicPartition, ErrorCode]] = Completion()
-        group.prepare_offset_commit(accepted)
+        for tp, om in accepted.items():
+            self.pending_offset_commits.put(group_id, tp, om)
 
         def stored(f: Completion[tuple[ErrorCode, int]]) -> None:
             code, batch_offset = f.result()
-            if not group.is_dead():
-                for tp, om in accepted.items():
-                    if code == ErrorCode.NONE:
-                        group.on_offset_commit_append(tp, om, batch_offset)
-                    else:
-                        group.fail_pending_offset_write(tp, om)
+            for tp, om in accepted.items():
+                if code == ErrorCode.NONE:
+                    self._on_offset_commit_append(group_id, tp, om, batch_offset)
+                elif self.pending_offset_commits.get(group_id, tp) == om:
+                    self.pending_offset_commits.remove(group_id, tp)
             if code != ErrorCode.NONE:
                 code = _commit_error(code)
             answer.set_result({**results, **{tp: code for tp in accepted}})
 
         self.store.append(group_id, _commit_records(group_id, accepted)).add_done_callback(stored)
         return answer
+
+    def _on_offset_commit_append(self, group_id: str, tp: TopicPartition,
+                                 om: OffsetAndMetadata, batch_offset: int) -> None:
+        """A plain commit is in the log: it wins unless a later record already did, and a
+        commit removed meanwhile (OffsetDelete, the group deleted) stays removed."""
+        pending = self.pending_offset_commits.get(group_id, tp)
+        if pending is not None and self._older_than(group_id, tp, batch_offset):
+            self._put_committed(group_id, tp, om, batch_offset)
+        if pending == om:
+            self.pending_offset_commits.remove(group_id, tp)
 
     # -- TxnOffsetCommit and the transactions' markers ---------------------------------------
     def commit_transactional_offsets(
@@ -155,22 +247,18 @@ class OffsetMetadataManager:
             return completed(results)
         if not group_id:
             return completed({**results, **{tp: ErrorCode.INVALID_GROUP_ID for tp in known}})
-        group: GroupOffsets
         found = self.groups.get(group_id)
         if isinstance(found, ConsumerGroup):
-            group = found
             error = _consumer_commit_error(found, member_id, generation_id,
                                            transactional=True, api_version=-1,
                                            held=lambda m: self._held(m, known))
             if error == ErrorCode.STALE_MEMBER_EPOCH:
                 error = ErrorCode.ILLEGAL_GENERATION  # what a producer understands
         else:
-            classic = found
-            if classic is None:
-                classic = GroupMetadata(group_id, clock=self.clock)
-                self.groups.put(classic)
-            group = classic
-            error = _validate_txn_offset_commit(classic, generation_id, member_id,
+            if found is None:
+                found = GroupMetadata(group_id, clock=self.clock)
+                self.groups.put(found)
+            error = _validate_txn_offset_commit(found, generation_id, member_id,
                                                 group_instance_id)
         if error is not None:
             return completed({**results, **{tp: error for tp in known}})
@@ -182,22 +270,21 @@ class OffsetMetadataManager:
                 accepted[tp] = om
         if not accepted:
             return completed(results)
-        self.open_groups_for_producer.setdefault(producer_id, set()).add(group_id)
-        group.prepare_txn_offset_commit(producer_id, accepted)
+        for tp, om in accepted.items():
+            self._put_pending_txn(producer_id, group_id, tp, LoggedOffset(om))
         answer: Completion[dict[TopicPartition, ErrorCode]] = Completion()
 
         def stored(f: Completion[tuple[ErrorCode, int]]) -> None:
             code, batch_offset = f.result()
-            if not group.is_dead():
-                for tp, om in accepted.items():
-                    if code == ErrorCode.NONE:
-                        group.on_txn_offset_commit_append(producer_id, tp, om, batch_offset)
-                    else:
-                        group.fail_pending_txn_offset_commit(producer_id, tp)
-                if code != ErrorCode.NONE and not group.has_pending_offset_commits_from_producer(
-                        producer_id):
-                    self._remove_producer_group(producer_id, group_id)
+            for tp, om in accepted.items():
+                pending = self._pending_txn(producer_id, group_id, tp)
+                if code != ErrorCode.NONE:
+                    # The record never reached the log: the client is told and retries.
+                    self._remove_pending_txn(producer_id, group_id, tp)
+                elif pending is not None and pending.offset_and_metadata == om:
+                    pending.batch_offset = batch_offset
             if code != ErrorCode.NONE:
+                self._close_if_nothing_pending(producer_id, group_id)
                 logger.info("transactional offset commit failed", group=group_id,
                             producer_id=producer_id, error=code.name)
                 code = offset_commit_error(code)
@@ -207,28 +294,65 @@ class OffsetMetadataManager:
                           producer_epoch=producer_epoch).add_done_callback(stored)
         return answer
 
+    def _put_pending_txn(self, producer_id: int, group_id: str, tp: TopicPartition,
+                         pending: LoggedOffset) -> None:
+        self.pending_transactional_offsets.setdefault(producer_id, Offsets()).put(
+            group_id, tp, pending)
+        self.open_transactions_by_group.setdefault(group_id, set()).add(producer_id)
+
+    def _remove_pending_txn(self, producer_id: int, group_id: str, tp: TopicPartition) -> None:
+        """Drop one pending offset; the transaction stays open for the group (its marker
+        closes it)."""
+        pending = self.pending_transactional_offsets.get(producer_id)
+        if pending is not None:
+            pending.remove(group_id, tp)
+            if not pending:
+                del self.pending_transactional_offsets[producer_id]
+
+    def _close_if_nothing_pending(self, producer_id: int, group_id: str) -> None:
+        """A failed append left the producer nothing pending for the group: it no longer
+        holds the group open."""
+        pending = self.pending_transactional_offsets.get(producer_id)
+        if pending is None or not pending.has_group(group_id):
+            self._close_txn(producer_id, group_id)
+
+    def _close_txn(self, producer_id: int, group_id: str) -> None:
+        producers = self.open_transactions_by_group.get(group_id)
+        if producers is not None:
+            producers.discard(producer_id)
+            if not producers:
+                del self.open_transactions_by_group[group_id]
+
     def handle_txn_completion(self, producer_id: int, offsets_partitions: Iterable[int],
                               commit: bool) -> None:
         """The transaction's marker is durable in these __consumer_offsets partitions: the
         producer's pending offsets of the groups there are committed or dropped (Kafka's
         GroupMetadataManager.handleTxnCompletion)."""
-        partitions = set(offsets_partitions)
-        groups = [g for g in self.open_groups_for_producer.get(producer_id, ())
-                  if self.store.partition_for(g) in partitions]
-        for group_id in groups:
-            group = self.groups.get(group_id)
-            if group is not None and not group.is_dead():
-                changed = group.complete_pending_txn_offset_commit(producer_id, commit)
-                logger.debug("transactional offsets completed", group=group_id,
-                             producer_id=producer_id, commit=commit, committed=len(changed))
-            self._remove_producer_group(producer_id, group_id)
+        self._complete_txn(producer_id, set(offsets_partitions), commit)
 
-    def _remove_producer_group(self, producer_id: int, group_id: str) -> None:
-        groups = self.open_groups_for_producer.get(producer_id)
-        if groups is not None:
-            groups.discard(group_id)
-            if not groups:
-                del self.open_groups_for_producer[producer_id]
+    def _complete_txn(self, producer_id: int, partitions: set[int], commit: bool
+                      ) -> list[str]:
+        """On commit the producer's pending offsets of the groups in ``partitions`` become
+        committed, except where a record later in the log already committed that partition;
+        on abort they are dropped. Only the groups with an open transaction are looked at."""
+        group_ids = [g for g, producers in self.open_transactions_by_group.items()
+                     if producer_id in producers and self.store.partition_for(g) in partitions]
+        pending = self.pending_transactional_offsets.get(producer_id)
+        for group_id in group_ids:
+            decided = pending.remove_group(group_id) if pending is not None else {}
+            changed = 0
+            for tp, p in decided.items():
+                if commit and p.batch_offset is not None and self._older_than(
+                        group_id, tp, p.batch_offset):
+                    # (None: never appended; its failure was answered to the producer.)
+                    self._put_committed(group_id, tp, p.offset_and_metadata, p.batch_offset)
+                    changed += 1
+            self._close_txn(producer_id, group_id)
+            logger.debug("transactional offsets completed", group=group_id,
+                         producer_id=producer_id, commit=commit, committed=changed)
+        if pending is not None and not pending:
+            del self.pending_transactional_offsets[producer_id]
+        return group_ids
 
     # -- OffsetFetch -----------------------------------------------------------------------
     def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None,
@@ -242,13 +366,14 @@ class OffsetMetadataManager:
         group = self.groups.get(group_id)
         if group is None or group.is_dead():
             return {} if partitions is None else {tp: None for tp in partitions}
-        wanted = list(group.offsets) if partitions is None else partitions
+        wanted = self.offsets.partitions(group_id) if partitions is None else partitions
         found: dict[TopicPartition, OffsetAndMetadata | ErrorCode | None] = {}
         for tp in wanted:
-            if require_stable and group.has_pending_offset_commits_for(tp):
+            if require_stable and self.has_pending_offset_commits_for(group_id, tp):
                 found[tp] = ErrorCode.UNSTABLE_OFFSET_COMMIT
             else:
-                found[tp] = group.offsets.get(tp)
+                committed = self.offsets.get(group_id, tp)
+                found[tp] = committed.offset_and_metadata if committed is not None else None
         return found
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int
@@ -275,10 +400,11 @@ class OffsetMetadataManager:
         if isinstance(group, ConsumerGroup):
             subscribed = group.subscribed_topics()
         else:
-            subscribed = _classic_subscribed_topics(group)
+            subscribed = _classic_subscribed_topics(group, self.committed_topics(group_id))
         results = {tp: (ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if tp[0] in subscribed
                         else ErrorCode.NONE) for tp in partitions}
-        removed = group.remove_offsets([tp for tp, e in results.items() if e == ErrorCode.NONE])
+        removed = self._remove_offsets(
+            group_id, [tp for tp, e in results.items() if e == ErrorCode.NONE])
         records = _tombstones(group_id, removed)
         if isinstance(group, GroupMetadata):
             records += self._maybe_delete_group(group)
@@ -289,16 +415,38 @@ class OffsetMetadataManager:
             lambda f: answer.set_result((ErrorCode.NONE, results)))
         return answer
 
+    def _remove_offsets(self, group_id: str, partitions: Iterable[TopicPartition]
+                        ) -> list[TopicPartition]:
+        """Drop the partitions' committed and pending offsets (OffsetDelete); returns those
+        that were committed, which need tombstones. Open transactions stay open."""
+        removed = []
+        for tp in partitions:
+            self.pending_offset_commits.remove(group_id, tp)
+            for producer_id in list(self.open_transactions_by_group.get(group_id, ())):
+                self._remove_pending_txn(producer_id, group_id, tp)
+            if self.offsets.remove(group_id, tp) is not None:
+                removed.append(tp)
+        return removed
+
     def delete_all_offsets(self, group: Group) -> list[Record]:
         """Kafka's deleteAllOffsets, for a group being deleted: its offsets, committed and
-        pending, go; returns the committed ones' tombstones."""
-        return _tombstones(group.group_id, group.remove_offsets(list(group.offsets)))
+        pending, go, and its open transactions with them; returns the committed ones'
+        tombstones."""
+        group_id = group.group_id
+        self.pending_offset_commits.remove_group(group_id)
+        for producer_id in self.open_transactions_by_group.pop(group_id, set()):
+            pending = self.pending_transactional_offsets.get(producer_id)
+            if pending is not None:
+                pending.remove_group(group_id)
+                if not pending:
+                    del self.pending_transactional_offsets[producer_id]
+        return _tombstones(group_id, self.offsets.remove_group(group_id))
 
     def _maybe_delete_group(self, group: GroupMetadata) -> list[Record]:
         """Kafka's cleanupGroupMetadata: an Empty group with no offsets left, committed or
         pending, is dead and forgotten. Pending transactional offsets keep the group: their
         marker may still commit them."""
-        if not group.is_(S.EMPTY) or group.has_offsets():
+        if not group.is_(S.EMPTY) or self.has_offsets(group.group_id):
             return []
         return self._delete_group(group)
 
@@ -320,16 +468,13 @@ class OffsetMetadataManager:
     def _expire_classic_group_offsets(self, group: GroupMetadata, now: int) -> int:
         """An Empty classic group's offsets expire together, counted from when it became
         Empty; a standalone group's (no protocol) each by its own commit time."""
-        retention_ms = self.retention_ms
-        if group.protocol_type is not None:
-            expired = [tp for tp in group.offsets if tp not in group.pending_offset_commits
-                       and now - group.state_timestamp >= retention_ms]
-        else:
-            expired = [tp for tp, om in group.offsets.items()
-                       if tp not in group.pending_offset_commits
-                       and now - om.commit_timestamp >= retention_ms]
         gid = group.group_id
-        _forget(group, expired)
+        retention_ms = self.retention_ms
+        expired = [tp for tp, e in self.offsets.items(gid)
+                   if self.pending_offset_commits.get(gid, tp) is None
+                   and now - (group.state_timestamp if group.protocol_type is not None
+                              else e.offset_and_metadata.commit_timestamp) >= retention_ms]
+        self._forget(gid, expired)
         records = _tombstones(gid, expired)
         records += self._maybe_delete_group(group)
         if not records:
@@ -345,12 +490,13 @@ class OffsetMetadataManager:
         deleted."""
         gid = group.group_id
         subscribed = group.subscribed_topics()
-        expired = [tp for tp, om in group.offsets.items()
-                   if tp[0] not in subscribed and not group.has_pending_offset_commits_for(tp)
-                   and now - om.commit_timestamp >= self.retention_ms]
-        _forget(group, expired)
+        expired = [tp for tp, e in self.offsets.items(gid)
+                   if tp[0] not in subscribed
+                   and not self.has_pending_offset_commits_for(gid, tp)
+                   and now - e.offset_and_metadata.commit_timestamp >= self.retention_ms]
+        self._forget(gid, expired)
         records = _tombstones(gid, expired)
-        if group.is_empty() and not group.has_offsets():
+        if group.is_empty() and not self.has_offsets(gid):
             records += self._delete_group(group)
             logger.info("empty consumer group without offsets removed", group=gid)
         if records:
@@ -359,12 +505,10 @@ class OffsetMetadataManager:
             logger.info("offsets expired", group=gid, partitions=len(expired))
         return len(expired)
 
-
-def _forget(group: GroupOffsets, expired: list[TopicPartition]) -> None:
-    """Drop expired committed offsets (their pending commits, if any, were excluded)."""
-    for tp in expired:
-        del group.offsets[tp]
-        group.commit_record_offsets.pop(tp, None)
+    def _forget(self, group_id: str, expired: list[TopicPartition]) -> None:
+        """Drop expired committed offsets (their pending commits, if any, were excluded)."""
+        for tp in expired:
+            self.offsets.remove(group_id, tp)
 
 
 def _commit_records(group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata]
@@ -455,8 +599,9 @@ def _consumer_commit_error(group: ConsumerGroup, member_id: str, member_epoch: i
     return None
 
 
-def _classic_subscribed_topics(group: GroupMetadata) -> set[str]:
-    """Topics of the members' consumer-protocol subscriptions (all, if unreadable)."""
+def _classic_subscribed_topics(group: GroupMetadata, committed_topics: set[str]) -> set[str]:
+    """Topics of the members' consumer-protocol subscriptions (all those with committed
+    offsets, if unreadable)."""
     if group.is_(S.EMPTY) or group.protocol_type != "consumer" or not group.protocol_name:
         return set()
     from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
@@ -467,7 +612,7 @@ def _classic_subscribed_topics(group: GroupMetadata) -> set[str]:
             sub = ConsumerProtocolSubscription.decode(m.metadata_for(group.protocol_name))
             topics.update(sub.topics)
         except Exception:
-            return {tp[0] for tp in group.offsets}
+            return committed_topics
     return topics
 
 

@@ -32,12 +32,13 @@ from broker.coordinator.records import (
 from broker.group.classic_group import GroupMetadata, GroupState
 from broker.group.classic_member import MemberMetadata
 from broker.group.consumer_group import ConsumerGroup
-from broker.group.offset_cache import OffsetAndMetadata, PendingTxnOffset
+from broker.group.offset_cache import OffsetAndMetadata
 from protocol.errors import ErrorCode
 from protocol.record_batch import CONTROL_COMMIT, InvalidRecordError, read_end_txn_marker
 from purgatory import WallClock
 
 if TYPE_CHECKING:
+    from broker.group.offsets import OffsetMetadataManager
     from broker.group.registry import GroupRegistry
     from broker.metadata.topic_admin import TopicAdmin
     from broker.replica.delayed_result import Completion
@@ -109,38 +110,33 @@ def _read_offset_value(value: bytes) -> OffsetAndMetadata:
     return OffsetAndMetadata(offset, epoch, metadata, ts)
 
 
-GroupTopicPartition = tuple[str, tuple[str, int]]
-#: An offset as read back: the log offset of its batch, and the offset itself.
-Loaded = tuple[int, OffsetAndMetadata]
-
-
 class PartitionLoader:
-    """Kafka's doLoadGroupsAndOffsets for one partition of the topic, batch by batch.
+    """Kafka's doLoadGroupsAndOffsets for one partition of the topic, batch by batch: each
+    record is replayed at once, group records into the registry (the latest record of a group
+    id winning), offset records and the transactions' markers into the offsets manager.
 
     Offsets of transactional batches are pending by producer id until that producer's
     control batch: a COMMIT makes them committed unless a record later in the log already
     committed the partition, anything else drops them. What is still pending at the end
-    belongs to a transaction the transaction coordinator will complete.
+    belongs to a transaction the transaction coordinator will complete. A group with offsets
+    but no group record is an Empty classic group without a protocol (Kafka's simple group);
+    it goes when its last offset does. A consumer group comes back Empty at its group epoch:
+    its members are not stored, so they rejoin.
     """
 
-    def __init__(self, clock: WallClock) -> None:
+    def __init__(self, clock: WallClock, partition: int, groups: GroupRegistry,
+                 offsets: OffsetMetadataManager) -> None:
         self.clock = clock  # the groups' wall clock
-        self.offsets: dict[GroupTopicPartition, Loaded] = {}
-        self.pending: dict[int, dict[GroupTopicPartition, Loaded]] = {}
-        # The partition's group records as replayed so far, the latest record of a group id
-        # winning; finish() hands the groups to the registry.
-        self.classic_groups: dict[str, GroupMetadata] = {}
-        self.consumer_groups: dict[str, int] = {}  # group id -> group epoch
+        self.partition = partition
+        self.groups = groups
+        self.offsets = offsets
         self.records = 0
 
     def control_batch(self, producer_id: int, control_type: int | None) -> None:
-        pending = self.pending.pop(producer_id, {})
-        if control_type != CONTROL_COMMIT:
-            return
-        for key, (at, om) in pending.items():
-            current = self.offsets.get(key)
-            if current is None or current[0] < at:
-                self.offsets[key] = (at, om)
+        decided = self.offsets.replay_end_txn_marker(producer_id, self.partition,
+                                                     control_type == CONTROL_COMMIT)
+        for group_id in decided:
+            self._settle(group_id)
 
     def data_record(self, key: bytes, value: bytes | None, batch_offset: int,
                     producer_id: int | None) -> None:
@@ -151,56 +147,39 @@ class PartitionLoader:
         if version in (0, 1):
             group_id, topic = r.str(), r.str()
             (partition,) = r.unpack(">i")
-            gtp = (group_id, (topic, partition))
-            target = (self.offsets if producer_id is None
-                      else self.pending.setdefault(producer_id, {}))
-            if value is None:
-                target.pop(gtp, None)
-            else:
-                target[gtp] = (batch_offset, _read_offset_value(value))
+            om = _read_offset_value(value) if value is not None else None
+            self.offsets.replay_offset_commit(group_id, (topic, partition), om, batch_offset,
+                                              producer_id)
         elif version == 2:
             group_id = r.str()
-            if value is None:
-                self.classic_groups.pop(group_id, None)
-            else:
+            self.groups.remove(group_id)
+            if value is not None:
                 group = GroupMetadata(group_id, clock=self.clock)
                 _load_group_value(group, value)
-                self.classic_groups[group_id] = group
-                self.consumer_groups.pop(group_id, None)
+                if group.members or group.protocol_type:
+                    self.groups.put(group)
         elif version == CONSUMER_GROUP_METADATA_KEY_VERSION:
             group_id = r.str()
-            if value is None:
-                self.consumer_groups.pop(group_id, None)
-            else:
-                self.consumer_groups[group_id] = struct.unpack_from(">i", value, 2)[0]
-                self.classic_groups.pop(group_id, None)
+            self.groups.remove(group_id)
+            if value is not None:
+                epoch = struct.unpack_from(">i", value, 2)[0]
+                self.groups.put(ConsumerGroup(group_id=group_id, group_epoch=epoch,
+                                              assignment_epoch=epoch, clock=self.clock))
         else:
             logger.warning("unknown key version in __consumer_offsets, ignored", version=version)
+            return
+        self._settle(group_id)
 
-    def finish(self, into: GroupRegistry) -> None:
-        """Kafka's loadGroup: groups of this partition with their offsets, pending ones too;
-        groups with offsets but no metadata record are Empty classic groups. A consumer group
-        comes back Empty at its group epoch: its members are not stored, so they rejoin."""
-        for group in self.classic_groups.values():
-            if group.members or group.protocol_type:
-                into.put(group)
-        for gid, epoch in self.consumer_groups.items():
-            into.put(ConsumerGroup(group_id=gid, group_epoch=epoch, assignment_epoch=epoch,
-                                   clock=self.clock))
-        for (gid, tp), (at, om) in self.offsets.items():
-            self._group(into, gid).put_offset(tp, om, at)
-        for producer_id, offsets in self.pending.items():
-            for (gid, tp), (at, om) in offsets.items():
-                self._group(into, gid).pending_txn_offset_commits.setdefault(
-                    producer_id, {})[tp] = PendingTxnOffset(om, at)
-
-    def _group(self, into: GroupRegistry, group_id: str) -> GroupMetadata | ConsumerGroup:
-        """The group holding ``group_id``'s offsets: an Empty classic one if none is known."""
-        group = into.get(group_id)
-        if group is None:
-            group = GroupMetadata(group_id, clock=self.clock)
-            into.put(group)
-        return group
+    def _settle(self, group_id: str) -> None:
+        """A group id with offsets and no group is a simple group; a simple group whose
+        offsets are all gone is no group."""
+        group = self.groups.get(group_id)
+        has_offsets = self.offsets.has_offsets(group_id)
+        if group is None and has_offsets:
+            self.groups.put(GroupMetadata(group_id, clock=self.clock))
+        elif (not has_offsets and isinstance(group, GroupMetadata) and not group.members
+              and group.protocol_type is None):
+            self.groups.remove(group_id)
 
 
 def _load_group_value(group: GroupMetadata, value: bytes) -> None:
@@ -263,25 +242,26 @@ class OffsetsStore:
         else:
             self.num_partitions = info.partitions
 
-    def load(self, groups: GroupRegistry) -> None:
-        """Every group stored in the topic, into ``groups``."""
+    def load(self, groups: GroupRegistry, offsets: OffsetMetadataManager) -> None:
+        """Every group stored in the topic into ``groups``, every offset into ``offsets``."""
         info = self.topics.metadata.topics.get(TOPIC)
         if info is None:  # no group was ever stored
             return
         self.num_partitions = info.partitions
         records = 0
         for index in range(self.num_partitions):
-            records += self.load_partition(index, groups)
+            records += self.load_partition(index, groups, offsets)
         if records:
-            loaded = groups.values()
-            pending = sum(len(g.pending_txn_offset_commits) for g in loaded)
-            logger.info("group metadata loaded", records=records, groups=len(loaded),
+            pending = sum(map(len, offsets.open_transactions_by_group.values()))
+            logger.info("group metadata loaded", records=records, groups=len(groups.values()),
                         pending_transactions=pending)
 
-    def load_partition(self, index: int, groups: GroupRegistry) -> int:
-        """The groups stored in one partition (up to its high watermark), into ``groups``;
-        the count of records read (none when the partition is not here)."""
-        loader = PartitionLoader(self.clock)
+    def load_partition(self, index: int, groups: GroupRegistry,
+                       offsets: OffsetMetadataManager) -> int:
+        """The groups stored in one partition (up to its high watermark) into ``groups``, its
+        offsets into ``offsets``; the count of records read (none when the partition is not
+        here)."""
+        loader = PartitionLoader(self.clock, index, groups, offsets)
         partition = self.replica_manager.partitions.get((TOPIC, index))
         if partition is not None:
             for data, pos, header in read_batches(partition, partition.high_watermark):
@@ -301,7 +281,6 @@ class OffsetsStore:
                     loader.data_record(bytes(rec.key),
                                        bytes(rec.value) if rec.value is not None else None,
                                        first, producer_id)
-        loader.finish(groups)
         return loader.records
 
     def write(self, group_id: str, records: list[Record]) -> Completion[ErrorCode]:

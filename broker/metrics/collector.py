@@ -43,6 +43,7 @@ from protocol.registry import APIS
 
 if TYPE_CHECKING:
     from broker.group.coordinator import GroupCoordinator
+    from broker.group.registry import Group
     from broker.log.cleaner import LogCleaner
     from broker.log.manager import LogManager
     from broker.metadata.file_store import MetadataStore
@@ -432,9 +433,10 @@ class BrokerCollector(Collector):
                                 "High watermark minus committed offset (records not yet "
                                 "consumed by the group).", labels=["group", "topic", "partition"])
         partitions = rm.partitions
-        for g in [*classic, *modern]:
+        every: list[Group] = [*classic, *modern]
+        for g in every:
             members.add_metric([g.group_id], len(g.members))
-            for (topic, index), om in sorted(g.offsets.items()):
+            for (topic, index), om in sorted(coordinator.offsets.committed(g.group_id).items()):
                 lab = [g.group_id, topic, str(index)]
                 committed.add_metric(lab, om.offset)
                 p = partitions.get((topic, index))

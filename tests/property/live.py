@@ -1,7 +1,7 @@
 """What fuzzing a live broker needs besides the frames: the broker's log read as it grows, the
 internal errors in it, and a calm client whose every error counts.
 
-Shared by tests/property/test_live_broker.py (a few hundred hypothesis examples) and bench.fuzz
+Shared by tests/integration/test_live_broker.py (a few hundred hypothesis examples) and bench.fuzz
 (a million frames).
 """
 

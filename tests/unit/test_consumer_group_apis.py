@@ -160,7 +160,7 @@ async def test_protocol_exclusivity(parts: Components) -> None:
     assert joined.error_code == ErrorCode.MEMBER_ID_REQUIRED
     assert parts.coordinator.groups.get_consumer(GROUP) is None
     classic = parts.coordinator.groups.classic(GROUP)
-    assert classic.offsets[("a", 0)].offset == 42
+    assert parts.coordinator.offsets.committed(GROUP)[("a", 0)].offset == 42
     parts.coordinator.join_group(GROUP, "", None, False, "c", "/h", 10_000, 10_000, "consumer",
                                  [("range", b"")])
     busy = await call(parts, consumer_group_heartbeat.handle, join_request("m2"))
@@ -171,7 +171,8 @@ async def test_protocol_exclusivity(parts: Components) -> None:
     await parts.advance(3000)
     back = await call(parts, consumer_group_heartbeat.handle, join_request("m2"))
     assert back.error_code == 0
-    assert parts.coordinator.groups.consumer(GROUP).offsets[("a", 0)].offset == 42
+    assert parts.coordinator.groups.get_consumer(GROUP) is not None
+    assert parts.coordinator.offsets.committed(GROUP)[("a", 0)].offset == 42
     assert parts.coordinator.groups.get_classic(GROUP) is None
 
 

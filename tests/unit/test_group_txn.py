@@ -124,8 +124,8 @@ async def test_transactional_commit_is_invisible_until_the_commit_marker(
     await end_txn(parts, commit=True)
     assert fetch(parts, [TP0, TP1, TP2], True) == {TP0: om(10, "a"), TP1: om(20), TP2: None}
     assert fetch(parts, None, True) == {TP0: om(10, "a"), TP1: om(20)}
-    assert not group.pending_txn_offset_commits
-    assert PID not in parts.coordinator.offsets.open_groups_for_producer
+    assert GROUP not in parts.coordinator.offsets.open_transactions_by_group
+    assert PID not in parts.coordinator.offsets.pending_transactional_offsets
 
 
 async def test_abort_marker_drops_the_pending_offsets(parts: Components) -> None:
@@ -135,7 +135,7 @@ async def test_abort_marker_drops_the_pending_offsets(parts: Components) -> None
     assert fetch(parts, [TP0, TP1], False) == {TP0: om(5), TP1: None}
     await end_txn(parts, commit=False)
     assert fetch(parts, [TP0, TP1], True) == {TP0: om(5), TP1: None}
-    assert not parts.coordinator.groups.classic(GROUP).pending_txn_offset_commits
+    assert GROUP not in parts.coordinator.offsets.open_transactions_by_group
 
 
 async def test_completion_touches_only_that_producer_and_that_offsets_partition(
@@ -259,9 +259,9 @@ async def test_restart_resolves_transactional_offsets_by_the_markers_in_the_log(
     try:
         assert fetch(fresh, [TP0, TP1, TP2], True) == before
         assert fetch(fresh, None, False) == {TP0: om(10), TP1: om(50), TP2: om(1)}
-        group = fresh.coordinator.groups.classic(GROUP)
-        assert set(group.pending_txn_offset_commits) == {undecided}
-        assert fresh.coordinator.offsets.open_groups_for_producer == {undecided: {GROUP}}
+        assert fresh.coordinator.groups.classic(GROUP) is not None
+        assert set(fresh.coordinator.offsets.pending_transactional_offsets) == {undecided}
+        assert fresh.coordinator.offsets.open_transactions_by_group == {GROUP: {undecided}}
         # The transaction coordinator completes it after the restart.
         await end_txn(fresh, commit=True, pid=undecided)
         assert fetch(fresh, [TP2], True) == {TP2: om(77)}
@@ -271,7 +271,7 @@ async def test_restart_resolves_transactional_offsets_by_the_markers_in_the_log(
     again = build(tmp_path / "logs", OVERRIDES)
     try:
         assert fetch(again, None, True) == {TP0: om(10), TP1: om(50), TP2: om(77)}
-        assert not again.coordinator.groups.classic(GROUP).pending_txn_offset_commits
+        assert GROUP not in again.coordinator.offsets.open_transactions_by_group
     finally:
         await again.close()
 
@@ -409,8 +409,8 @@ async def test_member_and_generation_are_checked_from_v3(parts: Components) -> N
     for version in (0, 1, 2):
         assert await send(parts, txn_request(version, {TP1: 4})) == {TP1: 0}, version
     # Nothing refused reached the pending offsets.
-    pending = parts.coordinator.groups.classic(GROUP).pending_txn_offset_commits[PID]
-    assert {tp: p.offset_and_metadata.offset for tp, p in pending.items()} == {TP0: 1, TP1: 4}
+    pending = parts.coordinator.offsets.pending_transactional_offsets[PID].items(GROUP)
+    assert {tp: p.offset_and_metadata.offset for tp, p in pending} == {TP0: 1, TP1: 4}
 
 
 async def test_empty_group_id_is_invalid(parts: Components) -> None:
@@ -470,7 +470,7 @@ async def test_a_fenced_epoch_is_refused_by_the_log(parts: Components) -> None:
     await end_txn(parts, commit=True, epoch=5)
     assert await txn_commit(parts, {TP0: om(2)}, epoch=4) == {
         TP0: ErrorCode.INVALID_PRODUCER_EPOCH}
-    group = parts.coordinator.groups.classic(GROUP)
-    assert not group.pending_txn_offset_commits
-    assert PID not in parts.coordinator.offsets.open_groups_for_producer
+    assert parts.coordinator.groups.get_classic(GROUP) is not None
+    assert GROUP not in parts.coordinator.offsets.open_transactions_by_group
+    assert PID not in parts.coordinator.offsets.pending_transactional_offsets
     assert fetch(parts, [TP0], True) == {TP0: om(1)}

@@ -389,8 +389,11 @@ def test_late_and_out_of_order_callbacks_still_flush_in_deadline_order() -> None
 
     class ShuffledLateClock(ManualClock):
         def advance_to(self, t_ms: float) -> int:
-            due = [h for h in self._heap if h.when <= t_ms and not h.cancelled]
-            self._heap = [h for h in self._heap if h not in due]
+            due: list = []
+            kept: list = []
+            for h in self._heap:  # one pass: the due ones out, the rest kept in order
+                (due if h.when <= t_ms and not h.cancelled else kept).append(h)
+            self._heap = kept
             self._now = t_ms
             rng.shuffle(due)
             ran = 0
