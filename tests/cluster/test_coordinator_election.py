@@ -41,6 +41,7 @@ async def test_the_group_coordinator_follows_its_partitions_leadership(
     groups.follow_partition_leadership()
     c.transactions.follow_partition_leadership()
     node = nodes[0]
+    c.replica_manager.broker_id = node.node_id  # as ClusterNode.join sets it
     replicas = ClusterReplicas(node.store, c.replica_manager, c.log_manager,
                                c.topics.log_config,
                                leadership=[CoordinatorLeadership(groups, c.transactions,
