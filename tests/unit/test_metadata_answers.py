@@ -4,7 +4,6 @@ topic change."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -186,24 +185,19 @@ def test_an_unchanged_topic_keeps_its_encoded_piece(tmp_path: Path) -> None:
 
 def test_a_full_answer_for_20000_partitions_is_assembled_not_rebuilt(tmp_path: Path) -> None:
     """Topics recorded straight in the store (the answer reads nothing else): the first
-    answer encodes each topic once; the next ones reuse the whole and take well under a
-    millisecond of work, however many partitions there are."""
+    answer encodes each topic once; the next ones reuse the encoded topics whole (the same
+    bytes object), however many partitions there are. How long either takes is a benchmark's
+    question (`bench.partitions`, full Metadata), not a test's."""
     c = build(tmp_path / "logs")
     for i in range(200):
         c.metadata.add(f"scale-{i:03d}", 100, {})
     version = SPEC.max_version
-    first = metadata.handle(c.context, parse(_every(version)))
-    t0 = time.perf_counter()
-    first.encode(version)
-    build_s = time.perf_counter() - t0
     request = parse(_every(version))
-    t0 = time.perf_counter()
-    for _ in range(20):
-        parts_ = metadata.handle(c.context, request).encode(version)
-    cached_s = (time.perf_counter() - t0) / 20
-    assert sum(map(len, parts_)) > 20_000 * 20
-    decoded = PackedMetadataResponse.decode(parts_, version)
+    first = metadata.handle(c.context, request).encode(version)
+    again = [metadata.handle(c.context, request).encode(version) for _ in range(3)]
+    topics = max(first, key=len)
+    assert len(topics) > 20_000 * 20
+    for parts_ in again:
+        assert any(part is topics for part in parts_), "the topics were encoded again"
+    decoded = PackedMetadataResponse.decode(again[-1], version)
     assert sum(len(t.partitions) for t in decoded.topics if t.name.startswith("scale-")) == 20_000
-    # Generous bounds for a shared machine; measured: ~15 ms to build, ~0.05 ms cached.
-    assert cached_s < 0.005, f"a cached full answer took {cached_s * 1000:.2f} ms"
-    assert build_s < 0.5
