@@ -1,0 +1,124 @@
+"""A transaction over partitions led by three different brokers (three broker processes on a
+real etcd, confluent-kafka's transactional producer): committed and aborted, a read_committed
+consumer sees exactly the committed records, and a read_uncommitted one the aborted ones too.
+
+The transaction coordinator writes the markers of partitions led elsewhere through the
+inter-broker client (WriteTxnMarkers to each leader). Which broker coordinates does not
+matter to this test: today every broker answers FindCoordinator for itself, so it is the one
+the producer asked; once coordinators follow `__transaction_state` leadership it is that
+partition's leader. Either way the coordinator leads at most one of the three partitions, so
+it must reach the two other leaders, which the test checks in its log.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.cluster.test_cluster_brokers import eventually, metadata, partitions_of, prefix, three
+from tests.support.broker import BrokerProcess
+
+__all__ = ["prefix", "three"]  # fixtures shared with the other three-broker test
+
+TOPIC = "txn-spread"
+PARTITIONS = 3
+PER_PARTITION = 5
+
+
+def read_all(bootstrap: str, isolation: str, count: int, settle_s: float = 2.0
+             ) -> list[str]:
+    """Every value of the topic from offset 0 with ``isolation``, once ``count`` were read and
+    nothing more came for ``settle_s``."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "assign-only",
+                         "enable.auto.commit": False, "isolation.level": isolation,
+                         "auto.offset.reset": "earliest"})
+    try:
+        consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+        got: list[str] = []
+        deadline = time.monotonic() + 60
+        quiet_until = None
+        while time.monotonic() < deadline:
+            m = consumer.poll(0.2)
+            if m is None:
+                if len(got) >= count:
+                    quiet_until = quiet_until or time.monotonic() + settle_s
+                    if time.monotonic() >= quiet_until:
+                        break
+                continue
+            if m.error():
+                raise KafkaException(m.error())
+            value = m.value()
+            assert value is not None
+            got.append(value.decode())
+            quiet_until = None
+        return got
+    finally:
+        consumer.close()
+
+
+def transaction(producer: Producer, tag: str, commit: bool) -> list[str]:
+    values = [f"{tag}-{p}-{i}" for p in range(PARTITIONS) for i in range(PER_PARTITION)]
+    producer.begin_transaction()
+    for value in values:
+        producer.produce(TOPIC, value.encode(), partition=int(value.split("-")[1]))
+    assert producer.flush(30) == 0  # every record appended on its leader
+    if commit:
+        producer.commit_transaction(30)
+    else:
+        producer.abort_transaction(30)
+    return values
+
+
+def peers_reached(broker: BrokerProcess) -> set[int]:
+    """The node ids this broker's inter-broker client connected to, from its log."""
+    reached = set()
+    for line in broker.log_text().splitlines():
+        try:
+            event: dict[str, Any] = json.loads(line)
+        except ValueError:
+            continue
+        if event.get("event") == "connected to broker":
+            reached.add(int(event["node_id"]))
+    return reached
+
+
+def test_a_transaction_over_three_leaders_commits_and_aborts(three: list[BrokerProcess]
+                                                             ) -> None:
+    bootstrap = ",".join(b.bootstrap for b in three)
+    admin = AdminClient({"bootstrap.servers": three[0].bootstrap})
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)], operation_timeout=30)[TOPIC].result(30)
+
+    def led() -> dict[int, Any] | None:
+        meta = metadata(three[0])
+        if TOPIC not in {t.name for t in meta.topics}:
+            return None
+        parts = partitions_of(meta, TOPIC)
+        return parts if len(parts) == PARTITIONS and all(
+            p.leader_id != -1 for p in parts.values()) else None
+
+    leaders = {i: p.leader_id for i, p in eventually(led, 20).items()}
+    assert sorted(leaders.values()) == [1, 2, 3], leaders  # one partition per broker
+
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "spread-txn",
+                         "transaction.timeout.ms": 60000, "message.timeout.ms": 30000})
+    producer.init_transactions(30)
+    first = transaction(producer, "c1", commit=True)
+    aborted = transaction(producer, "ab", commit=False)
+    last = transaction(producer, "c2", commit=True)
+
+    committed = read_all(bootstrap, "read_committed", len(first) + len(last))
+    assert sorted(committed) == sorted(first + last)
+    # Each partition's records in the order produced, the aborted ones skipped.
+    for p in range(PARTITIONS):
+        mine = [v for v in committed if v.split("-")[1] == str(p)]
+        assert mine == [v for v in first + last if v.split("-")[1] == str(p)]
+    everything = read_all(bootstrap, "read_uncommitted", len(first) + len(aborted) + len(last))
+    assert sorted(everything) == sorted(first + aborted + last)
+
+    # The coordinator reached the two leaders that are not itself.
+    reached = {int(b.overrides["node.id"]): peers_reached(b) for b in three}
+    assert any(peers == {1, 2, 3} - {node} for node, peers in reached.items()), reached
