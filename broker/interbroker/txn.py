@@ -217,6 +217,13 @@ class RemoteTransactionVerifier:
             return completed(dict.fromkeys(partitions, E.NONE))
         if coordinator == NO_LEADER:
             return completed(dict.fromkeys(partitions, E.COORDINATOR_NOT_AVAILABLE))
+        return self.verify_on(coordinator, transactional_id, producer_id, producer_epoch,
+                              partitions)
+
+    def verify_on(self, coordinator: int, transactional_id: str, producer_id: int,
+                  producer_epoch: int, partitions: list[TopicPartition]
+                  ) -> Completion[dict[TopicPartition, ErrorCode]]:
+        """AddPartitionsToTxn (verify only) to ``coordinator``: each partition's answer."""
         done: Completion[dict[TopicPartition, ErrorCode]] = Completion()
         self._tasks.spawn(self._verify(coordinator, transactional_id, producer_id,
                                        producer_epoch, partitions, done),

@@ -37,6 +37,7 @@ from broker.interbroker.client import (
     InterBrokerSettings,
     RequestTimedOut,
 )
+from protocol.errors import ErrorCode
 from tests.support.broker import BrokerProcess
 from tests.support.certs import Pki, make_pki, plain_jaas, secure_broker_overrides
 
@@ -247,3 +248,59 @@ async def test_a_request_times_out_and_closes_the_connection(peer: BrokerProcess
         assert [b.port for b in answer.brokers] == [peer.port] and client.connects == 2
     finally:
         await client.close()
+
+
+# -- KIP-890 verification against a remote coordinator -------------------------------------------
+
+async def test_verification_asks_the_remote_coordinator(peer: BrokerProcess, pki: Pki) -> None:
+    """The peer coordinates a transaction that has partition 0 and not partition 1; asked
+    through the client (AddPartitionsToTxn v4+, verify only) it answers as Kafka's
+    coordinator: NONE, TRANSACTION_ABORTABLE, PRODUCER_FENCED for an old epoch, and
+    CLUSTER_AUTHORIZATION_FAILED to a principal that is not a broker."""
+    from kafka.protocol.admin import CreateTopicsRequest
+    from kafka.protocol.metadata import FindCoordinatorRequest
+    from kafka.protocol.producer import AddPartitionsToTxnRequest, InitProducerIdRequest
+
+    from broker.interbroker.txn import RemoteTransactionVerifier
+
+    tid, topic = "verified-txn", "verified"
+    client = client_for(peer, settings(pki, "SASL_PLAINTEXT", "SCRAM-SHA-512"))
+    other = client_for(peer, settings(pki, "SASL_PLAINTEXT", "SCRAM-SHA-256", "other",
+                                      OTHER_PW))
+    try:
+        creatable = CreateTopicsRequest.CreatableTopic
+        await client.send(PEER, 19, lambda v: CreateTopicsRequest[v](
+            timeout_ms=10000, validate_only=False, topics=[creatable(
+                name=topic, num_partitions=2, replication_factor=1, assignments=[],
+                configs=[])]), 7)
+        found = await client.send(PEER, 10, lambda v: FindCoordinatorRequest[v](
+            key_type=1, coordinator_keys=[tid]), 4)
+        assert found.coordinators[0].error_code == 0
+        init = await client.send(PEER, 22, lambda v: InitProducerIdRequest[v](
+            transactional_id=tid, transaction_timeout_ms=60000, producer_id=-1,
+            producer_epoch=-1), 4)
+        assert init.error_code == 0
+        pid, epoch = init.producer_id, init.producer_epoch
+        add_topic = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic
+        added = await client.send(PEER, 24, lambda v: AddPartitionsToTxnRequest[v](
+            v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
+            v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=[add_topic(name=topic, partitions=[0])]), 3)
+        [result] = added.results_by_topic_v3_and_below
+        assert [r.partition_error_code for r in result.results_by_partition] == [0]
+
+        verifier = RemoteTransactionVerifier(0, None, client,  # type: ignore[arg-type]
+                                             lambda _tid: 0, lambda _tid: False)
+        tps = [(topic, 0), (topic, 1)]
+        answer = await verifier.verify_on(PEER, tid, pid, epoch, tps)
+        assert answer == {(topic, 0): ErrorCode.NONE, (topic, 1): ErrorCode.TRANSACTION_ABORTABLE}
+        fenced = await verifier.verify_on(PEER, tid, pid, epoch - 1 if epoch else 5, tps)
+        assert set(fenced.values()) == {ErrorCode.PRODUCER_FENCED}
+        assert verifier.remote_requests == 2
+        stranger = RemoteTransactionVerifier(0, None, other,  # type: ignore[arg-type]
+                                             lambda _tid: 0, lambda _tid: False)
+        refused = await stranger.verify_on(PEER, tid, pid, epoch, tps)
+        assert set(refused.values()) == {ErrorCode.CLUSTER_AUTHORIZATION_FAILED}
+    finally:
+        await client.close()
+        await other.close()
