@@ -54,8 +54,7 @@ from protocol.registry import APIS
 
 logger = structlog.get_logger("broker.interbroker")
 
-_SIZE = struct.Struct(">i")
-_CORRELATION = struct.Struct(">i")
+_INT32 = struct.Struct(">i")  # a frame's size, a response's correlation id
 API_VERSIONS_KEY = 18
 API_VERSIONS_VERSION = 3
 SASL_HANDSHAKE_VERSION = 1
@@ -392,9 +391,9 @@ class BrokerConnection:
         assert reader is not None
         try:
             while True:
-                (size,) = _SIZE.unpack(await reader.readexactly(4))
+                (size,) = _INT32.unpack(await reader.readexactly(4))
                 frame = await reader.readexactly(size)
-                (correlation,) = _CORRELATION.unpack_from(frame)
+                (correlation,) = _INT32.unpack_from(frame)
                 entry = self._pending.get(correlation)
                 if entry is None:
                     raise InterBrokerError(f"answer with unknown correlation id {correlation}")

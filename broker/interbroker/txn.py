@@ -39,6 +39,7 @@ logger = structlog.get_logger("broker.interbroker")
 
 E = ErrorCode
 TopicPartition = tuple[str, int]
+Errors = dict[TopicPartition, ErrorCode]
 WRITE_TXN_MARKERS_KEY = 27
 WRITE_TXN_MARKERS_NEWEST = 1  # transaction version 1 (v2 means version 2)
 ADD_PARTITIONS_TO_TXN_KEY = 24
@@ -59,10 +60,27 @@ class _Tasks:
     def __init__(self) -> None:
         self._tasks: set[asyncio.Task[Any]] = set()
 
-    def spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
-        task = asyncio.get_running_loop().create_task(work, name=name)
+    def answer(self, ask: Coroutine[Any, Any, Any], read: Callable[[Any], Errors],
+               failed: Callable[[InterBrokerError], Errors], name: str) -> Completion[Errors]:
+        """Each partition's error: ``read(response)``, or ``failed(error)`` when the request
+        got no answer."""
+        done: Completion[Errors] = Completion()
+
+        async def run() -> None:
+            try:
+                response = await ask
+            except InterBrokerError as e:
+                done.set_result(failed(e))
+                return
+            except BaseException as e:
+                done.set_exception(e)
+                raise
+            done.set_result(read(response))
+
+        task = asyncio.get_running_loop().create_task(run(), name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return done
 
     async def cancel(self) -> None:
         tasks = list(self._tasks)
@@ -130,15 +148,12 @@ class ClusterMarkerChannel:
         if unplaced:
             parts.append(completed(unplaced))
         for leader, tps in sorted(by_leader.items()):
-            done: Completion[dict[TopicPartition, ErrorCode]] = Completion()
-            self._tasks.spawn(self._send(leader, tps, done, producer_id, producer_epoch,
-                                         coordinator_epoch, commit), f"txn-markers-{leader}")
-            parts.append(done)
+            parts.append(self._send(leader, tps, producer_id, producer_epoch,
+                                    coordinator_epoch, commit))
         return all_of(parts).then(_merged)
 
-    async def _send(self, leader: int, tps: list[TopicPartition],
-                    done: Completion[dict[TopicPartition, ErrorCode]], producer_id: int,
-                    producer_epoch: int, coordinator_epoch: int, commit: bool) -> None:
+    def _send(self, leader: int, tps: list[TopicPartition], producer_id: int,
+              producer_epoch: int, coordinator_epoch: int, commit: bool) -> Completion[Errors]:
         def build(version: int) -> Any:
             return WriteTxnMarkersRequest[version](markers=[Marker(
                 producer_id=producer_id, producer_epoch=producer_epoch,
@@ -146,26 +161,22 @@ class ClusterMarkerChannel:
                 topics=[MarkerTopic(name=t, partition_indexes=ps)
                         for t, ps in _by_topic(tps).items()])])
 
-        self.remote_requests += 1
-        try:
-            response = await self.client.send(leader, WRITE_TXN_MARKERS_KEY, build,
-                                              WRITE_TXN_MARKERS_NEWEST)
-        except InterBrokerError as e:
+        def read(response: Any) -> Errors:
+            errors = {(topic.name, p.partition_index): ErrorCode(p.error_code)
+                      for marker in response.markers for topic in marker.topics
+                      for p in topic.partitions}
+            return {tp: errors.get(tp, E.UNKNOWN_SERVER_ERROR) for tp in tps}
+
+        def failed(e: InterBrokerError) -> Errors:
             # Kafka re-enqueues markers whose request failed: retried on the leader then.
-            error = E.REQUEST_TIMED_OUT if isinstance(e, RequestTimedOut) else \
-                E.NOT_LEADER_OR_FOLLOWER
             logger.info("transaction markers not delivered", leader=leader, error=str(e))
-            done.set_result(dict.fromkeys(tps, error))
-            return
-        except BaseException as e:
-            done.set_exception(e)
-            raise
-        errors: dict[TopicPartition, ErrorCode] = {}
-        for marker in response.markers:
-            for topic in marker.topics:
-                for p in topic.partitions:
-                    errors[(topic.name, p.partition_index)] = ErrorCode(p.error_code)
-        done.set_result({tp: errors.get(tp, E.UNKNOWN_SERVER_ERROR) for tp in tps})
+            timed_out = isinstance(e, RequestTimedOut)
+            return dict.fromkeys(tps, E.REQUEST_TIMED_OUT if timed_out
+                                 else E.NOT_LEADER_OR_FOLLOWER)
+
+        self.remote_requests += 1
+        ask = self.client.send(leader, WRITE_TXN_MARKERS_KEY, build, WRITE_TXN_MARKERS_NEWEST)
+        return self._tasks.answer(ask, read, failed, f"txn-markers-{leader}")
 
     async def close(self) -> None:
         await self._tasks.cancel()
@@ -224,15 +235,6 @@ class RemoteTransactionVerifier:
                   producer_epoch: int, partitions: list[TopicPartition]
                   ) -> Completion[dict[TopicPartition, ErrorCode]]:
         """AddPartitionsToTxn (verify only) to ``coordinator``: each partition's answer."""
-        done: Completion[dict[TopicPartition, ErrorCode]] = Completion()
-        self._tasks.spawn(self._verify(coordinator, transactional_id, producer_id,
-                                       producer_epoch, partitions, done),
-                          f"txn-verify-{coordinator}")
-        return done
-
-    async def _verify(self, coordinator: int, transactional_id: str, producer_id: int,
-                      producer_epoch: int, partitions: list[TopicPartition],
-                      done: Completion[dict[TopicPartition, ErrorCode]]) -> None:
         def build(version: int) -> Any:
             if version < VERIFY_MIN_VERSION:
                 raise InterBrokerError(f"broker {coordinator} cannot verify transactions "
@@ -243,19 +245,17 @@ class RemoteTransactionVerifier:
                 topics=[VerifyTopic(name=t, partitions=ps)
                         for t, ps in _by_topic(partitions).items()])])
 
-        self.remote_requests += 1
-        try:
-            response = await self.client.send(coordinator, ADD_PARTITIONS_TO_TXN_KEY, build,
-                                              ADD_PARTITIONS_TO_TXN_NEWEST)
-        except InterBrokerError as e:
+        def failed(e: InterBrokerError) -> Errors:
             logger.info("transaction verification failed", coordinator=coordinator,
                         error=str(e))
-            done.set_result(dict.fromkeys(partitions, E.NETWORK_EXCEPTION))
-            return
-        except BaseException as e:
-            done.set_exception(e)
-            raise
-        done.set_result(_verified(response, transactional_id, partitions))
+            return dict.fromkeys(partitions, E.NETWORK_EXCEPTION)
+
+        self.remote_requests += 1
+        ask = self.client.send(coordinator, ADD_PARTITIONS_TO_TXN_KEY, build,
+                               ADD_PARTITIONS_TO_TXN_NEWEST)
+        return self._tasks.answer(
+            ask, lambda response: _verified(response, transactional_id, partitions), failed,
+            f"txn-verify-{coordinator}")
 
     async def close(self) -> None:
         await self._tasks.cancel()
