@@ -6,8 +6,9 @@ The transaction coordinator writes the markers of partitions led elsewhere throu
 inter-broker client (WriteTxnMarkers to each leader). Which broker coordinates does not
 matter to this test: today every broker answers FindCoordinator for itself, so it is the one
 the producer asked; once coordinators follow `__transaction_state` leadership it is that
-partition's leader. Either way the coordinator leads at most one of the three partitions, so
-it must reach the two other leaders, which the test checks in its log.
+partition's leader. Either way a coordinator leads at most one of the three partitions, so
+it must reach the two other leaders, which the test checks in its log. Each transaction has
+its own producer (and transactional id), see ``transaction``.
 """
 
 from __future__ import annotations
@@ -60,7 +61,14 @@ def read_all(bootstrap: str, isolation: str, count: int, settle_s: float = 2.0
         consumer.close()
 
 
-def transaction(producer: Producer, tag: str, commit: bool) -> list[str]:
+def transaction(bootstrap: str, tag: str, commit: bool) -> list[str]:
+    """One transaction of a producer of its own (``tag`` its transactional id), over every
+    partition: while each broker answers FindCoordinator for itself, a producer that asks
+    again (librdkafka does when its coordinator connection drops) may land on another
+    coordinator, so no producer outlives its one transaction."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"txn-{tag}",
+                         "transaction.timeout.ms": 60000, "message.timeout.ms": 30000})
+    producer.init_transactions(30)
     values = [f"{tag}-{p}-{i}" for p in range(PARTITIONS) for i in range(PER_PARTITION)]
     producer.begin_transaction()
     for value in values:
@@ -103,12 +111,9 @@ def test_a_transaction_over_three_leaders_commits_and_aborts(three: list[BrokerP
     leaders = {i: p.leader_id for i, p in eventually(led, 20).items()}
     assert sorted(leaders.values()) == [1, 2, 3], leaders  # one partition per broker
 
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "spread-txn",
-                         "transaction.timeout.ms": 60000, "message.timeout.ms": 30000})
-    producer.init_transactions(30)
-    first = transaction(producer, "c1", commit=True)
-    aborted = transaction(producer, "ab", commit=False)
-    last = transaction(producer, "c2", commit=True)
+    first = transaction(bootstrap, "c1", commit=True)
+    aborted = transaction(bootstrap, "ab", commit=False)
+    last = transaction(bootstrap, "c2", commit=True)
 
     committed = read_all(bootstrap, "read_committed", len(first) + len(last))
     assert sorted(committed) == sorted(first + last)
@@ -119,6 +124,6 @@ def test_a_transaction_over_three_leaders_commits_and_aborts(three: list[BrokerP
     everything = read_all(bootstrap, "read_uncommitted", len(first) + len(aborted) + len(last))
     assert sorted(everything) == sorted(first + aborted + last)
 
-    # The coordinator reached the two leaders that are not itself.
+    # A coordinator reached the two leaders that are not itself.
     reached = {int(b.overrides["node.id"]): peers_reached(b) for b in three}
     assert any(peers == {1, 2, 3} - {node} for node, peers in reached.items()), reached
