@@ -7,27 +7,57 @@ inter-broker client (WriteTxnMarkers to each leader). Which broker coordinates d
 matter to this test: today every broker answers FindCoordinator for itself, so it is the one
 the producer asked; once coordinators follow `__transaction_state` leadership it is that
 partition's leader. Either way a coordinator leads at most one of the three partitions, so
-it must reach the two other leaders, which the test checks in its log. Each transaction has
-its own producer (and transactional id), see ``transaction``.
+it must reach the two other leaders, which the test checks in its log. While each broker
+answers FindCoordinator for itself, a producer that asks again (librdkafka does when its
+coordinator connection drops) lands on a coordinator that does not know its id: the brokers
+run with Kafka's default session (9 s) so that a loaded machine does not bounce them.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.cluster.test_cluster_brokers import eventually, metadata, partitions_of, prefix, three
+from broker.cluster.etcd_process import EtcdProcess
+from tests.cluster.test_cluster_brokers import (
+    cluster_overrides,
+    eventually,
+    metadata,
+    partitions_of,
+    prefix,
+)
 from tests.support.broker import BrokerProcess
 
-__all__ = ["prefix", "three"]  # fixtures shared with the other three-broker test
+__all__ = ["prefix"]  # the fixture, shared with the other three-broker test
 
 TOPIC = "txn-spread"
 PARTITIONS = 3
 PER_PARTITION = 5
+
+
+@pytest.fixture
+def three(tmp_path: Path, etcd_server: EtcdProcess, prefix: str) -> Iterator[list[BrokerProcess]]:
+    """Three brokers with Kafka's default session (9 s): nothing here kills a broker, and a
+    2 s session lapses on a loaded machine, moving every leader mid-transaction."""
+    brokers: list[BrokerProcess] = []
+    try:
+        for node_id in (1, 2, 3):
+            overrides = {**cluster_overrides(etcd_server, prefix, node_id),
+                         "broker.session.timeout.ms": "9000",
+                         "broker.heartbeat.interval.ms": "1000"}
+            brokers.append(BrokerProcess(tmp_path / f"b{node_id}", overrides).start())
+        yield brokers
+    finally:
+        for b in brokers:
+            if b.proc is not None and b.proc.poll() is None:
+                b.stop()
 
 
 def read_all(bootstrap: str, isolation: str, count: int, settle_s: float = 2.0
@@ -61,14 +91,9 @@ def read_all(bootstrap: str, isolation: str, count: int, settle_s: float = 2.0
         consumer.close()
 
 
-def transaction(bootstrap: str, tag: str, commit: bool) -> list[str]:
-    """One transaction of a producer of its own (``tag`` its transactional id), over every
-    partition: while each broker answers FindCoordinator for itself, a producer that asks
-    again (librdkafka does when its coordinator connection drops) may land on another
-    coordinator, so no producer outlives its one transaction."""
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"txn-{tag}",
-                         "transaction.timeout.ms": 60000, "message.timeout.ms": 30000})
-    producer.init_transactions(30)
+def transaction(producer: Producer, tag: str, commit: bool) -> list[str]:
+    """One transaction over every partition. One producer runs them all: producer ids are
+    still given per broker, so producers of two coordinators could share an id."""
     values = [f"{tag}-{p}-{i}" for p in range(PARTITIONS) for i in range(PER_PARTITION)]
     producer.begin_transaction()
     for value in values:
@@ -111,9 +136,12 @@ def test_a_transaction_over_three_leaders_commits_and_aborts(three: list[BrokerP
     leaders = {i: p.leader_id for i, p in eventually(led, 20).items()}
     assert sorted(leaders.values()) == [1, 2, 3], leaders  # one partition per broker
 
-    first = transaction(bootstrap, "c1", commit=True)
-    aborted = transaction(bootstrap, "ab", commit=False)
-    last = transaction(bootstrap, "c2", commit=True)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "spread-txn",
+                         "transaction.timeout.ms": 60000, "message.timeout.ms": 30000})
+    producer.init_transactions(30)
+    first = transaction(producer, "c1", commit=True)
+    aborted = transaction(producer, "ab", commit=False)
+    last = transaction(producer, "c2", commit=True)
 
     committed = read_all(bootstrap, "read_committed", len(first) + len(last))
     assert sorted(committed) == sorted(first + last)
