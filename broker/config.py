@@ -312,11 +312,22 @@ KEYS: dict[str, Key] = {
             "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
             "Listener name to security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)."),
         Key("inter.broker.listener.name", str.strip, "",
-            "Accepted for compatibility: one broker has no inter-broker traffic.", unused=True),
+            "Cluster mode: the listener brokers connect to each other on (not with "
+            "security.inter.broker.protocol)."),
         Key("security.inter.broker.protocol", str.strip, "PLAINTEXT",
-            "Accepted for compatibility: one broker has no inter-broker traffic.", unused=True),
+            "Cluster mode: the inter-broker listener named by its protocol, when "
+            "inter.broker.listener.name is not set."),
         Key("sasl.mechanism.inter.broker.protocol", str.strip, "GSSAPI",
-            "Accepted for compatibility: one broker has no inter-broker traffic.", unused=True),
+            "Cluster mode: the SASL mechanism brokers log in to each other with (PLAIN, "
+            "SCRAM-SHA-256, SCRAM-SHA-512), its credentials the username and password of the "
+            "inter-broker listener's jaas config for that mechanism."),
+        Key("request.timeout.ms", int, "30000",
+            "How long a broker waits for another broker's answer (connecting included).",
+            min=1),
+        Key("minibroker.reconnect.backoff.ms", int, "50",
+            "First wait before reconnecting to another broker; doubles per failure.", min=0),
+        Key("minibroker.reconnect.backoff.max.ms", int, "1000",
+            "Longest wait before reconnecting to another broker.", min=0),
         Key("sasl.enabled.mechanisms", _list, "GSSAPI",
             "SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512."),
         Key("sasl.server.max.receive.size", int, "524288",
@@ -347,7 +358,8 @@ KEYS: dict[str, Key] = {
             "Accepted for compatibility (ssl.enabled.protocols decides).", unused=True),
         Key("ssl.cipher.suites", _list, "", "Cipher suites allowed (empty: the defaults)."),
         Key("ssl.endpoint.identification.algorithm", str.strip, "https",
-            "Accepted for compatibility (a client-side check).", unused=True),
+            "https: a broker checks another broker's certificate names its host (empty: "
+            "not checked)."),
         Key("ssl.principal.mapping.rules", str.strip, "DEFAULT",
             "Rules mapping a client certificate's distinguished name to a user name."),
         Key("authorizer.class.name", str.strip, "",

@@ -47,6 +47,7 @@ from broker.cluster.broker_node import ClusterNode, ClusterReplicas
 from broker.cluster.registration import BrokerInfo
 from broker.cluster.settings import ClusterSettings
 from broker.config import BrokerConfig, ListenerSpec
+from broker.interbroker.client import InterBrokerClient, InterBrokerSettings
 from broker.log.cleaner import CleanerConfig
 from broker.log.manager import LogManager
 from broker.logging import log_effective_config, ready_message
@@ -115,6 +116,8 @@ class Broker:
         """Bind, then load, then serve (the module docstring says why in that order)."""
         cfg = self.config
         settings = ClusterSettings.from_config(cfg)  # ConfigError: the keys disagree
+        # Cluster mode: the inter-broker listener and login, checked before anything binds.
+        inter_broker = InterBrokerSettings.from_config(cfg) if settings.enabled else None
         loop = asyncio.get_running_loop()
         loop_clock = LoopClock(loop)
         clock = self.clock = self.clock or loop_clock
@@ -138,7 +141,8 @@ class Broker:
                 self.metrics_server = MetricsServer(self.metrics, *metrics_listener)
                 await self._bind_metrics(self.metrics_server)
             if settings.enabled:
-                await self._check_cluster(settings, owners)
+                assert inter_broker is not None
+                await self._check_cluster(settings, owners, inter_broker)
             owners.load()
         except BaseException:
             self._close_listeners()
@@ -159,11 +163,14 @@ class Broker:
             await self.metrics_server.serve()
         self._log_started(specs)
 
-    async def _check_cluster(self, settings: ClusterSettings, owners: Owners) -> None:
+    async def _check_cluster(self, settings: ClusterSettings, owners: Owners,
+                             inter_broker: InterBrokerSettings) -> None:
         """Before any log is loaded: the cluster id, and every log dir's meta.properties
         checked against it (a dir of another cluster or node is a StartupError line)."""
         cluster = self.cluster = ClusterNode(
             settings, unclean_leader_election=self.config["unclean.leader.election.enable"])
+        cluster.client = InterBrokerClient(
+            inter_broker, lambda node_id: cluster.endpoint(node_id, inter_broker.listener))
         check_log_dirs(self.log_dirs)
         await cluster.check_log_dirs(self.log_dirs)
         await cluster.load_shared_state()

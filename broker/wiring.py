@@ -32,6 +32,7 @@ from broker.config import BrokerConfig
 from broker.group.coordinator import GroupConfig, GroupCoordinator
 from broker.group.offsets_store import TOPIC as OFFSETS_TOPIC
 from broker.group.offsets_store import OffsetsStore
+from broker.interbroker.txn import ClusterMarkerChannel, RemoteTransactionVerifier
 from broker.log.manager import LogDirLockedError, LogManager
 from broker.metadata.dynamic_config import DynamicBrokerConfig
 from broker.metadata.file_store import MetadataStore
@@ -134,18 +135,37 @@ class Owners:
         transactions = self.transactions = TransactionCoordinator(
             cfg, self.timer, rm, topics, self.producer_ids, groups.handle_txn_completion,
             groups.partition_for, self.clock)
+        rm.verify_transaction = transactions.verify_partition
         if cluster is not None:
             groups.follow_partition_leadership()
             transactions.follow_partition_leadership()
+            self._transactions_across_brokers(cluster, transactions)
         groups.start()
         transactions.start()
-        rm.verify_transaction = transactions.verify_partition
         cluster_id = cluster.cluster_id if cluster is not None else self.metadata.cluster_id
         self.node = Node(cfg["node.id"], *cfg.advertised, cluster_id)
         self.context = ApiContext(self.node, cfg, topics, rm, groups, self.fetch_sessions,
                                   self.producer_ids, transactions, self.authorizer, self.scram,
                                   self.telemetry, self.clock, cluster)
         self.loaded = True
+
+
+    def _transactions_across_brokers(self, cluster: ClusterNode,
+                                     transactions: TransactionCoordinator) -> None:
+        """Cluster mode: markers go to each partition's leader, and a transactional produce
+        whose coordinator is another broker is verified there (the server set the client)."""
+        client = cluster.client
+        if client is None:
+            return
+        rm = self.replica_manager
+        markers = ClusterMarkerChannel(cluster.node_id, rm, cluster.cache, client,
+                                       joined=lambda: cluster.watcher is not None)
+        verifier = RemoteTransactionVerifier(
+            cluster.node_id, cluster.cache, client, transactions.partition_for,
+            transactions.transactions.__contains__)
+        transactions.markers = markers
+        rm.verify_transaction_remote = verifier
+        cluster.closers += [markers.close, verifier.close]
 
 
 def check_log_dirs(log_dirs: list[Path]) -> None:

@@ -11,6 +11,7 @@ Authorization as Kafka's: v4+ comes from brokers and needs CLUSTER_ACTION on the
 whole request CLUSTER_AUTHORIZATION_FAILED); v0-v3 need WRITE on the transactional id (every
 partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and WRITE on each topic (a refused topic's
 partitions TOPIC_AUTHORIZATION_FAILED, failing the transaction as an unknown partition does).
+In a cluster a partition is known when the cluster has it, whichever broker leads it.
 """
 
 from __future__ import annotations
@@ -68,11 +69,14 @@ def _one(ctx: ApiContext, request: Request, version: int, tid: str, pid: int, ep
         writable = filter_allowed(ctx, request, AclOperation.WRITE, ResourceType.TOPIC,
                                   (t for t, _p in tps if t not in INTERNAL_TOPICS))
     failed: dict[TopicPartition, ErrorCode] = {}
+    served = ctx.replica_manager.partitions
+    # In a cluster a partition led by another broker exists too (Kafka: the metadata cache).
+    elsewhere = ctx.cluster.not_led(tps, served) if ctx.cluster is not None else set()
     for tp in tps:
         if version < 4 and (tp[0] in INTERNAL_TOPICS
                             or (writable is not None and tp[0] not in writable)):
             failed[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-        elif tp not in ctx.replica_manager.partitions:
+        elif tp not in served and tp not in elsewhere:
             failed[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     if failed:
         return completed({tp: failed.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in tps})

@@ -22,7 +22,7 @@ import base64
 import uuid
 from collections.abc import Awaitable, Callable, Container, Coroutine, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import structlog
 
@@ -58,6 +58,9 @@ from broker.replica.partition import Partition
 from broker.replica.replica_manager import ReplicaManager
 from broker.startup_error import StartupError
 from protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from broker.interbroker.client import InterBrokerClient
 
 logger = structlog.get_logger("broker.cluster")
 
@@ -111,6 +114,11 @@ class ClusterNode:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._creating: set[str] = set()  # topics being created (internal or auto-created)
         self._stopped = False
+        #: Requests to the other brokers (set by the server): one connection per peer, for
+        #: transaction markers and verification now, follower fetches later.
+        self.client: InterBrokerClient | None = None
+        #: Users of the client, stopped before it closes (their requests in flight dropped).
+        self.closers: list[Callable[[], Awaitable[None]]] = []
 
     @property
     def node_id(self) -> int:
@@ -127,6 +135,11 @@ class ClusterNode:
     def controller(self) -> TopicController | None:
         """The topic controller while this broker is the controller, else None."""
         return self.duties.controller
+
+    def endpoint(self, node_id: int, listener: str) -> tuple[str, int] | None:
+        """A live broker's advertised (host, port) on ``listener``; None when not live."""
+        info = self.cache.broker(node_id)
+        return None if info is None else info.endpoints.get(listener)
 
     def not_led(self, tps: Iterable[TopicPartition], served: Container[TopicPartition]
                 ) -> set[TopicPartition]:
@@ -208,6 +221,10 @@ class ClusterNode:
         if self.watcher is not None:
             await self.watcher.stop()
         await self.view.stop()
+        for close in self.closers:
+            await close()
+        if self.client is not None:
+            await self.client.close()
         if self.replicas is not None:
             await self.replicas.stop()
         for task in list(self._tasks):

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import structlog
 
@@ -57,7 +58,13 @@ READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
 #: Asks the transaction coordinator whether a partition is in a producer's ongoing transaction
 #: (transactional id, producer id, producer epoch, partition) -> error; set by the server.
+T = TypeVar("T")
+R = TypeVar("R")
 TransactionVerifier = Callable[[str, int, int, TopicPartition], ErrorCode]
+# Cluster mode: the check asked of a transaction coordinator on another broker (transactional
+# id, producer id, epoch, partitions); None when the coordinator is this broker's own.
+RemoteTransactionVerifier = Callable[
+    [str, int, int, list[TopicPartition]], "Completion[dict[TopicPartition, ErrorCode]] | None"]
 
 # Verification errors a producer may retry, answered as Kafka does to clients that may not
 # know them: NOT_ENOUGH_REPLICAS is retriable and does not trigger a metadata refresh.
@@ -132,6 +139,7 @@ class ReplicaManager:
         self.flush_time = Histogram()
         self.opened_at: dict[TopicPartition, int] = {}
         self.verify_transaction: TransactionVerifier | None = None
+        self.verify_transaction_remote: RemoteTransactionVerifier | None = None
         self.markers_written = 0
         # Replication, set by the cluster layer: this broker's id, the seam that commits ISR
         # changes, each live broker's epoch (None: not alive), replica.lag.time.max.ms.
@@ -162,7 +170,29 @@ class ReplicaManager:
             return completed({tp: ProduceResult(ErrorCode.INVALID_REQUIRED_ACKS)
                               for tp, _ in entries})
         entries = list(entries)
-        refused = self._verify_transaction(entries, transactional_id, api_version)
+        asked = self._partitions_to_verify(entries, transactional_id)
+        if isinstance(asked, dict):
+            refused = asked
+        else:
+            producer, to_verify = asked
+            remote = self.verify_transaction_remote
+            pending = (remote(transactional_id, *producer, to_verify)
+                       if remote is not None and to_verify and transactional_id else None)
+            if pending is not None:
+                # Appended once the remote coordinator answers: its answers on one connection
+                # come in order, so a partition's produces stay in arrival order.
+                return _chain(pending, lambda errors: self._append_verified(
+                    entries, self._refusals(errors, transactional_id, api_version),
+                    api_version, acks, timeout_ms, origin))
+            refused = self._verify_transaction(producer, to_verify, transactional_id,
+                                               api_version)
+        return self._append_verified(entries, refused, api_version, acks, timeout_ms, origin)
+
+    def _append_verified(
+        self, entries: list[tuple[TopicPartition, bytes | None]],
+        refused: dict[TopicPartition, ProduceResult], api_version: int, acks: int,
+        timeout_ms: int, origin: AppendOrigin,
+    ) -> Completion[ProduceResults]:
         results: ProduceResults = {}
         ts = self.clock.wall_ms()
         for tp, records in entries:
@@ -184,16 +214,13 @@ class ReplicaManager:
         self.produce_purgatory.try_complete_else_watch(op, list(results))
         return op.future
 
-    def _verify_transaction(
+    def _partitions_to_verify(
         self, entries: list[tuple[TopicPartition, bytes | None]], transactional_id: str | None,
-        api_version: int,
-    ) -> dict[TopicPartition, ProduceResult]:
-        """Kafka's handleProduceAppend: partitions of a transactional produce whose producer has
-        no transaction open there yet are checked with the coordinator; refusals by partition.
-        """
-        verify = self.verify_transaction
-        if transactional_id is None or verify is None:
-            return {}
+    ) -> dict[TopicPartition, ProduceResult] | tuple[tuple[int, int], list[TopicPartition]]:
+        """Kafka's handleProduceAppend: the partitions of a transactional produce whose producer
+        has no transaction open there yet, with the (producer id, epoch); or refusals."""
+        if transactional_id is None or self.verify_transaction is None:
+            return (-1, -1), []
         producers: set[tuple[int, int]] = set()
         to_verify: list[TopicPartition] = []
         for tp, records in entries:
@@ -214,12 +241,26 @@ class ReplicaManager:
             return {tp: ProduceResult(ErrorCode.INVALID_PRODUCER_ID_MAPPING, message=message)
                     for tp, _ in entries}
         if not to_verify:
-            return {}
+            return (-1, -1), []
         ((producer_id, epoch),) = producers
+        return (producer_id, epoch), to_verify
+
+    def _verify_transaction(self, producer: tuple[int, int], to_verify: list[TopicPartition],
+                            transactional_id: str | None, api_version: int
+                            ) -> dict[TopicPartition, ProduceResult]:
+        """The coordinator of this broker checks each partition; refusals by partition."""
+        verify = self.verify_transaction
+        if not to_verify or verify is None or transactional_id is None:
+            return {}
+        errors = {tp: verify(transactional_id, *producer, tp) for tp in to_verify}
+        return self._refusals(errors, transactional_id, api_version)
+
+    def _refusals(self, errors: dict[TopicPartition, ErrorCode], transactional_id: str | None,
+                  api_version: int) -> dict[TopicPartition, ProduceResult]:
+        """The coordinator's answers as the produce's errors (Kafka's AddPartitionsToTxnManager)."""
         refused: dict[TopicPartition, ProduceResult] = {}
-        for tp in to_verify:
-            error = _verification_error(verify(transactional_id, producer_id, epoch, tp),
-                                        api_version)
+        for tp, answer in errors.items():
+            error = _verification_error(answer, api_version)
             if error == ErrorCode.NONE:
                 continue
             message = None
@@ -811,6 +852,31 @@ class _DeleteDueSegments(TimerTask):
             log.delete_due_segments(max(self._clock.wall_ms(), self._due_ms))
         except KafkaStorageError:
             pass  # its dir is offline now, reported once
+
+
+def _chain(first: Completion[T], then: Callable[[T], Completion[R]]) -> Completion[R]:
+    """``then``'s completion, started with ``first``'s result (failed if either fails)."""
+    out: Completion[R] = Completion()
+
+    def second(c: Completion[R]) -> None:
+        error = c.exception()
+        if error is not None:
+            out.set_exception(error)
+        else:
+            out.set_result(c.result())
+
+    def first_done(c: Completion[T]) -> None:
+        error = c.exception()
+        if error is not None:
+            out.set_exception(error)
+            return
+        try:
+            then(c.result()).add_done_callback(second)
+        except Exception as e:
+            out.set_exception(e)
+
+    first.add_done_callback(first_done)
+    return out
 
 
 def _errors(results: ProduceResults) -> dict[TopicPartition, ErrorCode]:

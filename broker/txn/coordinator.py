@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
@@ -118,6 +118,35 @@ class ListTransactionsResult:
     unknown_state_filters: list[str] = field(default_factory=list)
 
 
+class MarkerChannel(Protocol):
+    """Where markers go (Kafka's TransactionMarkerChannelManager): the local replica manager
+    on one broker; in a cluster each partition's leader, remote ones by WriteTxnMarkers."""
+
+    def known(self, tp: TopicPartition) -> bool:
+        """False: the partition is gone (its topic deleted), no marker is owed to it."""
+
+    def write(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+              partitions: list[TopicPartition], timeout_ms: int
+              ) -> Completion[dict[TopicPartition, ErrorCode]]:
+        """Each partition's error once its marker is written (acks=all) or has failed."""
+
+
+class LocalMarkerChannel:
+    """Every partition is this broker's (single-node mode)."""
+
+    def __init__(self, replica_manager: ReplicaManager) -> None:
+        self.replica_manager = replica_manager
+
+    def known(self, tp: TopicPartition) -> bool:
+        return tp in self.replica_manager.partitions
+
+    def write(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+              partitions: list[TopicPartition], timeout_ms: int
+              ) -> Completion[dict[TopicPartition, ErrorCode]]:
+        return self.replica_manager.write_txn_markers(
+            producer_id, producer_epoch, coordinator_epoch, commit, partitions, timeout_ms)
+
+
 @dataclass(eq=False, slots=True)
 class _PendingCompletion:
     """A transaction whose markers are being written; ``transit`` is its Complete* state."""
@@ -140,6 +169,8 @@ class TransactionCoordinator:
         wall_ms = clock.wall_ms
         self.config = TxnConfig.of(config)
         self.replica_manager = replica_manager
+        #: where markers are written; the server sets a cluster's before ``start``.
+        self.markers: MarkerChannel = LocalMarkerChannel(replica_manager)
         self.producer_ids = producer_ids
         # One deadline per transactional id: the transaction's timeout while Ongoing, the
         # id's expiration while idle, or a marker or log write's retry after its backoff.
@@ -456,7 +487,7 @@ class TransactionCoordinator:
         tid = md.transactional_id
         if self._pending_markers.get(tid) is not pending:
             return
-        for tp in sorted(tp for tp in partitions if tp not in self.replica_manager.partitions):
+        for tp in sorted(tp for tp in partitions if not self.markers.known(tp)):
             # Kafka skips a partition without a leader: its topic is deleted.
             logger.info("transaction partition gone, no marker", transactional_id=tid,
                         topic=tp[0], partition=tp[1])
@@ -465,7 +496,7 @@ class TransactionCoordinator:
         if not partitions:
             return self._maybe_write_completion(tid)
         to_write = sorted(partitions)
-        written = self.replica_manager.write_txn_markers(
+        written = self.markers.write(
             md.producer_id, md.producer_epoch, pending.coordinator_epoch, pending.commit,
             to_write, REQUEST_TIMEOUT_MS)
         written.add_done_callback(lambda f: self._markers_written(pending, to_write, f))
@@ -488,8 +519,8 @@ class TransactionCoordinator:
             error = results.get(tp, E.UNKNOWN_TOPIC_OR_PARTITION)
             if error == E.NONE:
                 md.remove_partition(tp)
-                if tp[0] == OFFSETS_TOPIC:
-                    offsets.append(tp[1])
+                if tp[0] == OFFSETS_TOPIC and tp in self.replica_manager.partitions:
+                    offsets.append(tp[1])  # a remote leader completes its own offsets
             elif error in _MARKER_RETRIABLE:
                 retry.add(tp)
             elif error in _MARKER_SKIPPED:

@@ -47,7 +47,7 @@ def test_kafka4_stock_file_is_read_whole(tmp_path):
     assert [(s.name, s.port) for s in cfg.listener_specs()] == [("PLAINTEXT", 9092)]
     assert cfg.advertised_endpoints() == {"PLAINTEXT": ("localhost", 9092)}
     assert cfg.unused_keys == sorted([
-        "process.roles", "controller.quorum.voters", "inter.broker.listener.name",
+        "process.roles", "controller.quorum.voters",
         "num.network.threads", "socket.send.buffer.bytes", "socket.receive.buffer.bytes",
         "offsets.topic.replication.factor",
         "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
@@ -106,12 +106,11 @@ def test_kafkas_keys_not_used_are_accepted_and_listed():
     cfg = BrokerConfig.from_dict({"min.insync.replicas": "2",
                                   "log.message.downconversion.enable": "true",
                                   "listener.name.plaintext.sasl.kerberos.service.name": "k",
-                                  "listener.name.plaintext.ssl.protocol": "TLSv1.2",
-                                  "ssl.endpoint.identification.algorithm": ""})
+                                  "listener.name.plaintext.ssl.protocol": "TLSv1.2"})
     assert cfg.unused_keys == ["listener.name.plaintext.sasl.kerberos.service.name",
                                "listener.name.plaintext.ssl.protocol",
                                "log.message.downconversion.enable",
-                               "min.insync.replicas", "ssl.endpoint.identification.algorithm"]
+                               "min.insync.replicas"]
     # Served now: the defaults of preallocate, segment.jitter.ms (from either name), ...
     served = BrokerConfig.from_dict({"log.preallocate": "true", "log.roll.jitter.hours": "1",
                                      "log.index.size.max.bytes": "4096",

@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("broker.config", "broker.logging"),
     ("broker.replica",),
     ("broker.cluster", "broker.metadata"),
-    ("broker.security", "broker.coordinator", "broker.client_telemetry"),
+    ("broker.security", "broker.coordinator", "broker.client_telemetry", "broker.interbroker"),
     ("broker.group", "broker.txn"),
     ("broker.apis",),
     ("broker.network",),
