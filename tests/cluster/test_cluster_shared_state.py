@@ -109,7 +109,10 @@ def test_a_user_and_an_acl_made_on_one_broker_count_on_another(
         "alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), ALICE_PW.encode())
     admin.alter_user_scram_credentials([upsert])["alice"].result(WAIT_S)
     topic = f"shared-{uuid.uuid4().hex[:6]}"
-    admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(WAIT_S)
+    # One partition on each broker by hand: a broker's session lapsing under load while the
+    # controller places the topic must not leave broker 2 without one.
+    admin.create_topics([NewTopic(topic, replica_assignment=[[1], [2], [3]])])[topic].result(
+        WAIT_S)
 
     def led_by_two() -> int | None:
         meta = metadata(one)
