@@ -552,7 +552,7 @@ class ProducerStateManager:
         load_limit: int,
         *,
         recovery_point: int,
-    ) -> None:
+    ) -> Path | None:
         """Rebuild the state at ``log_end_offset``: the newest readable snapshot at or below
         ``load_limit``, then the batch headers from there to the end of the log.
 
@@ -566,6 +566,15 @@ class ProducerStateManager:
         above the scan's start are cut and written again (Kafka's LogSegment.recover rebuilds
         it from the producer state the same way), so a crash leaves neither a missing abort
         nor one of a marker that did not survive.
+
+        After a scan, a snapshot is written at the log end offset, as Kafka does, but not
+        fsynced: its path is returned and the owning Log fsyncs it (file and directory) with
+        its next flush, before that flush moves the recovery point. Many logs recovered at
+        once thus cost no fsync each. It can never claim more than the log holds: a crash
+        restart considers only snapshots at or below the checkpointed recovery point, which
+        passes this one only after the fsync; a clean start comes after a clean shutdown,
+        which fsyncs it; and a snapshot above the log end offset (data a machine crash lost)
+        is deleted by the next load, a torn one fails its CRC and is deleted too.
         """
         self.producers.clear()
         self.ongoing_txns.clear()
@@ -613,9 +622,9 @@ class ProducerStateManager:
         self.last_snap_offset = self.snapshots[-1] if self.snapshots else log_start_offset
         if self.scanned_batches:
             # What was just scanned need not be scanned again (Kafka snapshots here too).
-            self.take_snapshot(sync=True, recovery_point=recovery_point)
-        else:
-            self.retain_snapshots(recovery_point)
+            return self.take_snapshot(sync=False, recovery_point=recovery_point)
+        self.retain_snapshots(recovery_point)
+        return None
 
     def _load_entry(self, entry: ProducerStateEntry) -> None:
         """Kafka's loadProducerEntry: the producer, and its open transaction if any."""
