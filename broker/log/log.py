@@ -449,7 +449,7 @@ class Log:
         if not segments:
             segments = [
                 LogSegment(self.dir, log_start_offset, self._index_interval(), now_ms=now_ms,
-                           preallocate=self._init_file_size())
+                           preallocate=self._init_file_size(), hold=False)
             ]
         elif not segments[-1].holds_fd:
             segments[-1].hold()  # recovery deleted the segments after a corrupt one
