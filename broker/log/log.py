@@ -182,6 +182,17 @@ class Log:
     LogManager passes it); a log opened alone gets one of its own.
     """
 
+    # Slotted: a broker holds tens of thousands of these, and a __dict__ was the largest
+    # single piece of a partition's memory.
+    __slots__ = (
+        "_base_list", "_closed", "_deleted_segments", "_epoch_hint", "_epochs", "_flush_lock",
+        "_lock", "_next_offset", "_offline_dirs", "_opened", "_pstate", "_rebuild_txn_indexes",
+        "_release_after", "_segs", "_unsynced_snapshots", "_validator", "clock", "config",
+        "dir", "failure_channel", "high_watermark", "jitter_rng", "last_flush_ms", "log_dir",
+        "log_start_offset", "on_durable", "on_segments_deleted", "partition", "recovery_point",
+        "topic", "writer", "__weakref__",
+    )
+
     def __init__(
         self,
         dir: Path,
@@ -409,20 +420,25 @@ class Log:
         self, clean_shutdown: bool, recovery_point: int, log_start_offset: int, now_ms: int | None
     ) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
+        # One listing of the dir serves the whole load (a second one only after debris was
+        # cleared): with thousands of logs to recover, listings were the largest cost.
+        listed = os.listdir(self.dir)
         swaps: list[int] = []
-        for entry in os.scandir(self.dir):
-            name = entry.name
+        debris = False
+        for name in listed:
             m = _SWAP_LOG_NAME.match(name)
             if m is not None:
                 swaps.append(int(m.group(1)))
             elif name.endswith(_LEFTOVER_SUFFIXES):
-                os.unlink(entry.path)  # debris of an interrupted delete, clean or swap
+                os.unlink(self.dir / name)  # debris of an interrupted delete, clean or swap
+                debris = True
         for base in sorted(swaps):
             self._complete_swap(base)
+        if swaps or debris:
+            listed = os.listdir(self.dir)
         bases: set[int] = set()
         names: set[str] = set()
-        for entry in os.scandir(self.dir):
-            name = entry.name
+        for name in listed:
             names.add(name)
             m = _SEGMENT_NAME.match(name)
             if m is not None and m.group(2) == "log":
@@ -493,6 +509,7 @@ class Log:
             self._next_offset,
             load_limit,
             recovery_point=self.recovery_point,
+            listed=names,
         )
         if unsynced is not None:
             self._unsynced_snapshots.append(unsynced)  # fsynced by the next flush

@@ -532,10 +532,9 @@ class ProducerStateManager:
             pass
         (self.dir / snapshot_file_name(offset)).unlink(missing_ok=True)
 
-    def _list_snapshots(self) -> list[int]:
+    def _list_snapshots(self, listed: Iterable[str] | None = None) -> list[int]:
         out: list[int] = []
-        for entry in os.scandir(self.dir):
-            name = entry.name
+        for name in os.listdir(self.dir) if listed is None else listed:
             if name.endswith(SNAPSHOT_FILE_SUFFIX) and len(name) == 20 + len(SNAPSHOT_FILE_SUFFIX):
                 stem = name[:20]
                 if stem.isdigit():
@@ -552,6 +551,7 @@ class ProducerStateManager:
         load_limit: int,
         *,
         recovery_point: int,
+        listed: Iterable[str] | None = None,
     ) -> Path | None:
         """Rebuild the state at ``log_end_offset``: the newest readable snapshot at or below
         ``load_limit``, then the batch headers from there to the end of the log.
@@ -565,7 +565,8 @@ class ProducerStateManager:
         the transaction index from where it starts: each segment's entries for markers at or
         above the scan's start are cut and written again (Kafka's LogSegment.recover rebuilds
         it from the producer state the same way), so a crash leaves neither a missing abort
-        nor one of a marker that did not survive.
+        nor one of a marker that did not survive. ``listed``: the dir's file names, when the
+        caller just listed it (else it is listed here).
 
         After a scan, a snapshot is written at the log end offset, as Kafka does, but not
         fsynced: its path is returned and the owning Log fsyncs it (file and directory) with
@@ -580,7 +581,7 @@ class ProducerStateManager:
         self.ongoing_txns.clear()
         self.unreplicated_txns.clear()
         self.scanned_batches = 0
-        self.snapshots = self._list_snapshots()
+        self.snapshots = self._list_snapshots(listed)
         for offset in [s for s in self.snapshots if s > log_end_offset or s < log_start_offset]:
             self._delete_snapshot(offset)
         start = log_start_offset

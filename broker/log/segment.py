@@ -359,6 +359,9 @@ class LogSegment:
             )
         fd = self._fd if self._fd >= 0 else self.hold()
         physical_position = self._size
+        if physical_position == 0:  # a segment's first batch: its index files exist from now
+            self.offset_index.ensure_file()
+            self.time_index.ensure_file()
         if deferred is None:
             view = memoryview(records)
             written = 0
