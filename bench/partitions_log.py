@@ -31,6 +31,7 @@ import tempfile
 import time
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 from broker.log.config import LogConfig
 from broker.log.handles import raise_open_file_limit
@@ -59,7 +60,7 @@ def build(root: Path, partitions: int, per_topic: int) -> tuple[float, int]:
     return created, fds
 
 
-def clean_cycle(root: Path, threads: int) -> dict[str, float]:
+def clean_cycle(root: Path, threads: int) -> dict[str, Any]:
     gc.collect()
     before = open_fds()
     t = time.perf_counter()

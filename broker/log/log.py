@@ -192,6 +192,8 @@ class Log:
         "log_start_offset", "on_durable", "on_segments_deleted", "partition", "recovery_point",
         "topic", "writer", "__weakref__",
     )
+    _pstate: ProducerStateManager | None
+    _epochs: LeaderEpochFileCache | None
 
     def __init__(
         self,
@@ -252,8 +254,8 @@ class Log:
         self._deleted_segments: list[tuple[int, LogSegment]] = []
         #: producer state and leader epochs (``producer_state``, ``leader_epoch_cache``):
         #: made when the log opens
-        self._pstate: ProducerStateManager | None = None
-        self._epochs: LeaderEpochFileCache | None = None
+        self._pstate = None
+        self._epochs = None
         #: a deferred log (``Log.deferred``) is opened on first use; until then its latest
         #: leader epoch is this hint (None: unknown, the log opens to answer)
         self._epoch_hint: int | None = None
@@ -372,7 +374,7 @@ class Log:
                                topic=self.topic, partition=self.partition,
                                checkpointed=expected, found=self._next_offset)
             if self.high_watermark is not None:
-                self._pstate.on_high_watermark_updated(self.high_watermark)  # type: ignore[union-attr]
+                self._pstate.on_high_watermark_updated(self.high_watermark)
 
     def _ensure_open(self) -> None:
         if not self._opened:

@@ -18,8 +18,9 @@ executor. Logs with flush.messages=1 are written and fsynced by their dir's writ
 (broker/log/writer.py, one per dir, owned here and stopped by ``shutdown``); the others'
 appends are written where they happen.
 
-File handles (broker/log/handles.py): each log holds its active segment's ``.log`` fd; other
-segments borrow one from an LRU bounded by ``max_open_files`` when read. Running out of
+File handles (broker/log/handles.py): each log written to holds its active segment's ``.log``
+fd; other segments borrow one from an LRU bounded by ``max_open_files`` when read. After a
+clean shutdown a start opens no log: each opens on first use (``Log.deferred``). Running out of
 descriptors while creating a log fails that creation alone (OpenFileLimitError, nothing
 left behind on disk) and never takes a dir offline.
 
@@ -535,7 +536,7 @@ class LogManager:
             try:
                 disk.sync_file_system(log_dir)
             except OSError as e:
-                self._dir_failed("syncing the closed logs", e)
+                self._dir_failed(log_dir, "syncing the closed logs", e)
                 continue
             synced.add(str(log_dir))
         for log in closed:
