@@ -515,6 +515,9 @@ class Log:
         )
         if unsynced is not None:
             self._unsynced_snapshots.append(unsynced)  # fsynced by the next flush
+        # Loaded, the log holds no descriptor until its first append (reads borrow one): a
+        # broker recovering more partitions than its open-file limit still starts.
+        self.segments[-1].release()
 
     def _complete_swap(self, base: int) -> None:
         """Finish a segment swap a crash interrupted (Kafka's LogLoader swap recovery).
@@ -1441,7 +1444,10 @@ class Log:
             if self.log_dir in self._offline_dirs:
                 raise self._offline_error()
             epochs = self.leader_epoch_cache
-            if target <= self.recovery_point and not self._unsynced_snapshots and not epochs.dirty:
+            # Nothing new below ``target``: an epoch entry no batch was written in yet waits
+            # for the flush that moves the recovery point past it (or the close), so a
+            # broker flushing thousands of idle partitions fsyncs nothing for them.
+            if target <= self.recovery_point and not self._unsynced_snapshots:
                 return
             fds: list[tuple[int, bool]] = []
             segments: list[LogSegment] = []
