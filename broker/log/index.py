@@ -197,9 +197,9 @@ class _IndexFile:
         self._write_pending(sync=True)
 
     def close(self) -> None:
-        """Write what is pending, creating the file if the index never had one (no fsync: see
-        Log.close); the index holds no descriptor."""
-        self._write_pending(sync=False, ensure_file=True)
+        """Write what is pending (no fsync: see Log.close); the index holds no descriptor.
+        The index of a segment never appended to stays without a file, as it was made."""
+        self._write_pending(sync=False)
 
     def write_pending(self) -> None:
         """Write what is pending without fsync (a rebuilt index, at once)."""

@@ -1510,7 +1510,8 @@ class Log:
             # Kafka's close: a snapshot at the log end offset, so the next start scans nothing.
             self.producer_state.map_end_offset = self._next_offset
             try:
-                if not sync:
+                if not sync and self._next_offset > self.log_start_offset:
+                    # (an empty log's entry has no batch: the next append assigns it again)
                     self.leader_epoch_cache.write_if_dirty(sync=False)
                 self.producer_state.take_snapshot(sync=sync, recovery_point=self.recovery_point)
                 with self._lock:
