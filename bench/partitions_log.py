@@ -7,7 +7,9 @@ one small batch each, then measures, in this process:
 * ``open_fds_per_partition`` after creation and after a clean start (/proc/self/fd);
 * ``clean_start_s`` / ``clean_stop_s``: LogManager.load after a clean shutdown, and
   shutdown with nothing to flush;
-* ``bytes_per_partition``: tracemalloc, what the loaded logs hold per partition;
+* ``bytes_per_partition``: tracemalloc, what the loaded logs hold per partition after a
+  clean start (deferred: nothing opened), and ``bytes_per_opened_partition`` once each was
+  read (opened: segments, indexes, producer state, epochs), with the top lines of each;
 * ``kill_restart_s``: load after an abandon (a SIGKILL: no marker), with every log holding
   one unflushed batch past a checkpointed recovery point, and ``recovery_bytes``, what that
   recovery reread (only the unflushed batches).
@@ -29,6 +31,7 @@ import tempfile
 import time
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 from broker.log.config import LogConfig
 from broker.log.handles import raise_open_file_limit
@@ -57,7 +60,7 @@ def build(root: Path, partitions: int, per_topic: int) -> tuple[float, int]:
     return created, fds
 
 
-def clean_cycle(root: Path, threads: int) -> dict[str, float]:
+def clean_cycle(root: Path, threads: int) -> dict[str, Any]:
     gc.collect()
     before = open_fds()
     t = time.perf_counter()
@@ -75,13 +78,21 @@ def clean_cycle(root: Path, threads: int) -> dict[str, float]:
     gc.collect()
     held = tracemalloc.get_traced_memory()[0]
     snapshot = tracemalloc.take_snapshot()
+    for log in logs.values():
+        log.read(log.log_start_offset, 1 << 20)  # opens it
+    gc.collect()
+    held_open = tracemalloc.get_traced_memory()[0]
+    opened = tracemalloc.take_snapshot()
     tracemalloc.stop()
     lm.shutdown()
-    top = snapshot.statistics("lineno")[:8]
     return {"clean_start_s": start_s, "clean_stop_s": stop_s, "fds": fds,
-            "bytes": held, "logs": len(logs),
-            "top": [(f"{s.traceback[0].filename.split('/work/')[-1]}:{s.traceback[0].lineno}",
-                     s.size) for s in top]}
+            "bytes": held, "bytes_opened": held_open, "logs": len(logs),
+            "top": _top(snapshot), "top_opened": _top(opened)}
+
+
+def _top(snapshot: tracemalloc.Snapshot) -> list[tuple[str, int]]:
+    return [(f"{s.traceback[0].filename.split('/work/')[-1]}:{s.traceback[0].lineno}", s.size)
+            for s in snapshot.statistics("lineno")[:10]]
 
 
 def kill_cycle(root: Path, threads: int) -> dict[str, float]:
@@ -140,6 +151,8 @@ def main() -> None:
         "clean_stop_s": round(clean["clean_stop_s"], 3),
         "bytes_per_partition": round(clean["bytes"] / n),
         "top_allocations": clean["top"],
+        "bytes_per_opened_partition": round(clean["bytes_opened"] / n),
+        "top_allocations_opened": clean["top_opened"],
         "kill_restart_s": round(killed["kill_restart_s"], 3),
         "recovery_threads": args.recovery_threads,
         "recovery_bytes": killed["recovery_bytes"],

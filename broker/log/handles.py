@@ -2,7 +2,9 @@
 
 Kafka keeps about one descriptor per segment and maps its indexes lazily; here:
 
-* The active segment of a partition holds its ``.log`` fd (appends go straight to it).
+* The active segment of a partition holds its ``.log`` fd (appends go straight to it), from
+  its first append on; a partition no one wrote since it was created, or since a clean start
+  (its log is deferred, broker/log/log.py), holds none.
 * Every other segment's ``.log`` is opened when it is read and kept in one LRU of open
   handles (``FileHandleCache``), bounded by ``minibroker.log.max.open.files``: a segment no
   one reads holds nothing.

@@ -64,17 +64,24 @@ class _IndexFile:
                  create: bool = False) -> None:
         """``path`` or ``(dir, file name)``: a segment passes its dir, so its indexes share
         one Path object instead of holding one each (a partition's memory is mostly paths).
-        ``create``: the index of a new segment, empty, its file created now (as Kafka)."""
+        ``create``: the index of a new segment, empty; its file is created by the segment's
+        first append (``ensure_file``: Kafka's lazy index creates it on first use there), so
+        a new partition costs one file, its ``.log``, until it is written."""
         self._dir, self._name = path if isinstance(path, tuple) else (path.parent, path.name)
         self.base_offset = base_offset
         #: entries known to be in the file (the rest are written by flush or close)
         self._persisted = 0
         self._loaded = False
-        self._exists = True
+        self._exists = not create
         if create:
-            os.close(disk.open_file(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644))
             self._load_entries(b"")
             self._loaded = True
+
+    def ensure_file(self) -> None:
+        """Create the (empty) file of a new index if it does not exist yet."""
+        if not self._exists:
+            os.close(disk.open_file(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644))
+            self._exists = True
 
     @property
     def path(self) -> Path:
@@ -190,9 +197,9 @@ class _IndexFile:
         self._write_pending(sync=True)
 
     def close(self) -> None:
-        """Write what is pending, creating the file if the index never had one (no fsync: see
-        Log.close); the index holds no descriptor."""
-        self._write_pending(sync=False, ensure_file=True)
+        """Write what is pending (no fsync: see Log.close); the index holds no descriptor.
+        The index of a segment never appended to stays without a file, as it was made."""
+        self._write_pending(sync=False)
 
     def write_pending(self) -> None:
         """Write what is pending without fsync (a rebuilt index, at once)."""

@@ -107,11 +107,13 @@ def _int_line(text: str, path: Path) -> int:
             f"malformed line in checkpoint file {path}: {text!r}") from None
 
 
-def write_leader_epoch_checkpoint(path: Path, entries: list[EpochEntry]) -> None:
-    """Replace the checkpoint atomically and durably (temp file, fsync, rename, dir fsync)."""
+def write_leader_epoch_checkpoint(path: Path, entries: list[EpochEntry], *,
+                                  sync: bool = True) -> None:
+    """Replace the checkpoint atomically (temp file, rename), durably with ``sync`` (fsync of
+    the file before the rename and of the dir after), else the caller syncs later."""
     lines = [str(_CHECKPOINT_VERSION), str(len(entries))]
     lines += [f"{e.epoch} {e.start_offset}" for e in entries]
-    disk.atomic_write(path, ("\n".join(lines) + "\n").encode("utf-8"))
+    disk.atomic_write(path, ("\n".join(lines) + "\n").encode("utf-8"), sync=sync)
 
 
 class LeaderEpochFileCache:
@@ -240,7 +242,7 @@ class LeaderEpochFileCache:
             self.dirty = True
 
     # -- persistence ----------------------------------------------------------------------------
-    def write_if_dirty(self) -> bool:
+    def write_if_dirty(self, *, sync: bool = True) -> bool:
         """Write the checkpoint if anything changed since it was last written (any thread);
         an OSError leaves it dirty and is the caller's to report, unless the partition dir is
         gone (a log deleted under a flush: Kafka's writeIfDirExists). Whether it wrote."""
@@ -250,7 +252,7 @@ class LeaderEpochFileCache:
             entries = [EpochEntry(e, o) for e, o in zip(self._epochs, self._offsets, strict=True)]
             self.dirty = False
         try:
-            write_leader_epoch_checkpoint(self.path, entries)
+            write_leader_epoch_checkpoint(self.path, entries, sync=sync)
         except FileNotFoundError:
             if self.path.parent.exists():
                 self.dirty = True

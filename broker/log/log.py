@@ -105,6 +105,9 @@ __all__ = [
 
 logger = structlog.get_logger("broker.log")
 
+#: serialises opening deferred logs (the loop, a flush thread and a cleaner thread may meet)
+_OPEN_LOCK = threading.RLock()
+
 CLEANED_FILE_SUFFIX = ".cleaned"
 SWAP_FILE_SUFFIX = ".swap"
 DELETED_FILE_SUFFIX = ".deleted"
@@ -179,6 +182,19 @@ class Log:
     LogManager passes it); a log opened alone gets one of its own.
     """
 
+    # Slotted: a broker holds tens of thousands of these, and a __dict__ was the largest
+    # single piece of a partition's memory.
+    __slots__ = (
+        "_base_list", "_closed", "_deleted_segments", "_epoch_hint", "_epochs", "_flush_lock",
+        "_lock", "_next_offset", "_offline_dirs", "_opened", "_pstate", "_rebuild_txn_indexes",
+        "_release_after", "_segs", "_unsynced_snapshots", "_validator", "clock", "config",
+        "dir", "failure_channel", "high_watermark", "jitter_rng", "last_flush_ms", "log_dir",
+        "log_start_offset", "on_durable", "on_segments_deleted", "partition", "recovery_point",
+        "topic", "writer", "__weakref__",
+    )
+    _pstate: ProducerStateManager | None
+    _epochs: LeaderEpochFileCache | None
+
     def __init__(
         self,
         dir: Path,
@@ -196,6 +212,21 @@ class Log:
         """``clock`` is the broker's wall clock: new segments' creation time (roll by time
         compares it with the appends' "now"). The time since the last flush is real time,
         as the time-based flusher that reads it (the system's wall clock)."""
+        self._init_fields(dir, config, topic, partition, now_ms, failure_channel, clock)
+        self._pstate = ProducerStateManager(self.dir, topic, partition)
+        self._epochs = LeaderEpochFileCache(self.dir / LEADER_EPOCH_CHECKPOINT_FILE)
+        self._opened = True
+        try:
+            self._load(clean_shutdown, recovery_point, log_start_offset,
+                       self.clock.wall_ms() if now_ms is None else now_ms)
+        except BaseException:
+            self._close_files()  # nothing half-open stays behind a failed load
+            raise
+
+    def _init_fields(self, dir: Path, config: LogConfig, topic: str, partition: int,
+                     now_ms: int | None, failure_channel: LogDirFailureChannel | None,
+                     clock: WallClock | None) -> None:
+        """The attributes every log has, opened or not (no I/O)."""
         self.dir = Path(dir)
         self.clock = SYSTEM_WALL_CLOCK if clock is None else clock
         self.config = config
@@ -210,8 +241,8 @@ class Log:
         self._validator: LogValidator | None = None  # built by the first append
         self._lock = threading.Lock()  # guards segment list changes vs. flush snapshots
         self._flush_lock = threading.Lock()  # one flush at a time per log
-        self.segments: list[LogSegment] = []
-        self._bases: list[int] = []
+        self._segs: list[LogSegment] = []
+        self._base_list: list[int] = []
         self._next_offset = 0
         self.log_start_offset = 0
         self.recovery_point = 0
@@ -221,9 +252,14 @@ class Log:
         #: (due wall ms, segment): segments out of the log (retention, the cleaner's swap),
         #: renamed ``.deleted``, waiting for file.delete.delay.ms before their files go.
         self._deleted_segments: list[tuple[int, LogSegment]] = []
-        self.producer_state = ProducerStateManager(self.dir, topic, partition)
-        #: which leader epoch wrote which offsets (broker/log/leader_epoch_cache.py).
-        self.leader_epoch_cache = LeaderEpochFileCache(self.dir / LEADER_EPOCH_CHECKPOINT_FILE)
+        #: producer state and leader epochs (``producer_state``, ``leader_epoch_cache``):
+        #: made when the log opens
+        self._pstate = None
+        self._epochs = None
+        #: a deferred log (``Log.deferred``) is opened on first use; until then its latest
+        #: leader epoch is this hint (None: unknown, the log opens to answer)
+        self._epoch_hint: int | None = None
+        self._opened = False
         #: a transaction index failed its check at load: rebuild them all from the log start.
         self._rebuild_txn_indexes = False
         #: the partition's high watermark, None while no partition tracks it (then the log
@@ -243,12 +279,6 @@ class Log:
         #: removal (Kafka's scheduled deleteSegmentFiles). Without one, the next retention
         #: pass or the close removes them.
         self.on_segments_deleted: Callable[[int], None] | None = None
-        try:
-            self._load(clean_shutdown, recovery_point, log_start_offset,
-                       self.clock.wall_ms() if now_ms is None else now_ms)
-        except BaseException:
-            self._close_files()  # nothing half-open stays behind a failed load
-            raise
 
     @classmethod
     def load(
@@ -277,25 +307,140 @@ class Log:
             clock=clock,
         )
 
+    @classmethod
+    def deferred(
+        cls,
+        dir: Path,
+        config: LogConfig,
+        topic: str,
+        partition: int,
+        *,
+        log_end_offset: int,
+        log_start_offset: int,
+        latest_epoch: int | None,
+        failure_channel: LogDirFailureChannel | None = None,
+        clock: WallClock | None = None,
+    ) -> Log:
+        """A log shut down cleanly, opened on first use (Kafka's lazy loading, taken to the
+        whole log): no file is read or opened now. A clean shutdown fsynced it, closed it
+        with a producer snapshot at its end and checkpointed ``log_end_offset`` as its
+        recovery point, so until anything reads or writes it, the checkpoints say all the
+        broker needs: its offsets and (``latest_epoch``) the epoch its partition leads in.
+        The first read, append, flush of new data or retention pass opens it as a clean load
+        would (``_open``)."""
+        log = cls.__new__(cls)
+        log._init_fields(dir, config, topic, partition, None, failure_channel, clock)
+        log._next_offset = log_end_offset
+        log.recovery_point = log_end_offset
+        log.log_start_offset = log_start_offset
+        log._epoch_hint = latest_epoch
+        return log
+
+    @property
+    def opened(self) -> bool:
+        """Whether the log's files were read (a deferred log is not, until first used)."""
+        return self._opened
+
+    def _open(self) -> None:
+        """Open a deferred log: the clean load its start skipped. A disk error takes the dir
+        offline; no descriptor left fails this request alone (the next use tries again)."""
+        with _OPEN_LOCK:
+            if self._opened:
+                return
+            if self._closed:
+                raise KafkaStorageError(f"the log of {self.topic}-{self.partition} is closed")
+            if self.log_dir in self._offline_dirs:
+                raise self._offline_error()
+            expected = self._next_offset
+            self._pstate = ProducerStateManager(self.dir, self.topic, self.partition)
+            self._epochs = LeaderEpochFileCache(self.dir / LEADER_EPOCH_CHECKPOINT_FILE)
+            self._opened = True  # the load below reads the log's own properties
+            try:
+                self._load(True, expected, self.log_start_offset, self.clock.wall_ms())
+            except BaseException as e:
+                self._opened = False
+                for seg in self._segs:
+                    seg.close_quietly()
+                self._segs, self._base_list = [], []
+                self._pstate = self._epochs = None
+                self._next_offset = self.recovery_point = expected
+                if isinstance(e, OSError):
+                    raise self._dir_failed("opening", e) from e
+                if isinstance(e, StartupError):
+                    raise KafkaStorageError(str(e)) from e
+                raise
+            if self._next_offset != expected:
+                logger.warning("log end offset differs from the checkpointed one",
+                               topic=self.topic, partition=self.partition,
+                               checkpointed=expected, found=self._next_offset)
+            if self.high_watermark is not None:
+                self._pstate.on_high_watermark_updated(self.high_watermark)
+
+    def _ensure_open(self) -> None:
+        if not self._opened:
+            self._open()
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        if not self._opened:
+            self._open()
+        return self._segs
+
+    @segments.setter
+    def segments(self, value: list[LogSegment]) -> None:
+        self._segs = value
+
+    @property
+    def _bases(self) -> list[int]:
+        if not self._opened:
+            self._open()
+        return self._base_list
+
+    @_bases.setter
+    def _bases(self, value: list[int]) -> None:
+        self._base_list = value
+
+    @property
+    def producer_state(self) -> ProducerStateManager:
+        if not self._opened:
+            self._open()
+        return self._pstate  # type: ignore[return-value]
+
+    @property
+    def leader_epoch_cache(self) -> LeaderEpochFileCache:
+        """Which leader epoch wrote which offsets (broker/log/leader_epoch_cache.py)."""
+        if not self._opened:
+            self._open()
+        return self._epochs  # type: ignore[return-value]
+
+    @leader_epoch_cache.setter
+    def leader_epoch_cache(self, value: LeaderEpochFileCache) -> None:
+        self._epochs = value
+
     # -- loading (Kafka's LogLoader) -------------------------------------------------------------
     def _load(
         self, clean_shutdown: bool, recovery_point: int, log_start_offset: int, now_ms: int | None
     ) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
+        # One listing of the dir serves the whole load (a second one only after debris was
+        # cleared): with thousands of logs to recover, listings were the largest cost.
+        listed = os.listdir(self.dir)
         swaps: list[int] = []
-        for entry in os.scandir(self.dir):
-            name = entry.name
+        debris = False
+        for name in listed:
             m = _SWAP_LOG_NAME.match(name)
             if m is not None:
                 swaps.append(int(m.group(1)))
             elif name.endswith(_LEFTOVER_SUFFIXES):
-                os.unlink(entry.path)  # debris of an interrupted delete, clean or swap
+                os.unlink(self.dir / name)  # debris of an interrupted delete, clean or swap
+                debris = True
         for base in sorted(swaps):
             self._complete_swap(base)
+        if swaps or debris:
+            listed = os.listdir(self.dir)
         bases: set[int] = set()
         names: set[str] = set()
-        for entry in os.scandir(self.dir):
-            name = entry.name
+        for name in listed:
             names.add(name)
             m = _SEGMENT_NAME.match(name)
             if m is not None and m.group(2) == "log":
@@ -322,7 +467,7 @@ class Log:
         if not segments:
             segments = [
                 LogSegment(self.dir, log_start_offset, self._index_interval(), now_ms=now_ms,
-                           preallocate=self._init_file_size())
+                           preallocate=self._init_file_size(), hold=False)
             ]
         elif not segments[-1].holds_fd:
             segments[-1].hold()  # recovery deleted the segments after a corrupt one
@@ -360,13 +505,19 @@ class Log:
             load_limit = self._next_offset
         else:
             load_limit = self.recovery_point
-        self.producer_state.load(
+        unsynced = self.producer_state.load(
             self.segments,
             self.log_start_offset,
             self._next_offset,
             load_limit,
             recovery_point=self.recovery_point,
+            listed=names,
         )
+        if unsynced is not None:
+            self._unsynced_snapshots.append(unsynced)  # fsynced by the next flush
+        # Loaded, the log holds no descriptor until its first append (reads borrow one): a
+        # broker recovering more partitions than its open-file limit still starts.
+        self.segments[-1].release()
 
     def _complete_swap(self, base: int) -> None:
         """Finish a segment swap a crash interrupted (Kafka's LogLoader swap recovery).
@@ -482,7 +633,7 @@ class Log:
     def __repr__(self) -> str:
         return (
             f"Log({self.topic}-{self.partition}, start={self.log_start_offset}, "
-            f"end={self._next_offset}, segments={len(self.segments)})"
+            f"end={self._next_offset}, segments={len(self._segs) if self._opened else '?'})"
         )
 
     # -- disk faults ------------------------------------------------------------------------------
@@ -755,7 +906,8 @@ class Log:
     def on_high_watermark_updated(self, high_watermark: int) -> None:
         """The partition's high watermark moved: decided transactions below it are stable."""
         self.high_watermark = high_watermark
-        self.producer_state.on_high_watermark_updated(high_watermark)
+        if self._opened:  # else applied when the log opens
+            self.producer_state.on_high_watermark_updated(high_watermark)
 
     @property
     def last_stable_offset(self) -> int:
@@ -1058,12 +1210,18 @@ class Log:
     @property
     def latest_epoch(self) -> int | None:
         """The epoch of the latest entry of the epoch cache (Kafka's latestEpoch)."""
+        if not self._opened and (self._epoch_hint is not None or self._closed):
+            return self._epoch_hint
         entry = self.leader_epoch_cache.latest_entry()
         return None if entry is None else entry.epoch
 
     def maybe_assign_epoch_start_offset(self, leader_epoch: int, start_offset: int) -> None:
         """Record that ``leader_epoch`` starts at ``start_offset`` (Kafka's
-        maybeAssignEpochStartOffset: a replica becoming leader assigns its log end offset)."""
+        maybeAssignEpochStartOffset: a replica becoming leader assigns its log end offset).
+        A deferred log leading in the epoch it was shut down in stays closed: the assignment
+        would change nothing (that epoch is its latest entry, starting at or below the end)."""
+        if not self._opened and leader_epoch == self._epoch_hint:
+            return
         self.leader_epoch_cache.assign(leader_epoch, start_offset)
 
     def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int] | None:
@@ -1280,11 +1438,16 @@ class Log:
 
     def _flush_to(self, target: int, own_fds: bool = False) -> None:
         """fsync what is appended, and written, below ``target``."""
+        if not self._opened:
+            return  # nothing was appended: the clean shutdown made all of it durable
         with self._flush_lock:
             if self.log_dir in self._offline_dirs:
                 raise self._offline_error()
             epochs = self.leader_epoch_cache
-            if target <= self.recovery_point and not self._unsynced_snapshots and not epochs.dirty:
+            # Nothing new below ``target``: an epoch entry no batch was written in yet waits
+            # for the flush that moves the recovery point past it (or the close), so a
+            # broker flushing thousands of idle partitions fsyncs nothing for them.
+            if target <= self.recovery_point and not self._unsynced_snapshots:
                 return
             fds: list[tuple[int, bool]] = []
             segments: list[LogSegment] = []
@@ -1321,8 +1484,12 @@ class Log:
                     self.recovery_point = target
                 self.last_flush_ms = system_wall_ms()
 
-    def close(self) -> None:
+    def close(self, *, sync: bool = True) -> None:
         """Flush and close every segment (Kafka's close fsyncs too).
+
+        Without ``sync`` everything is written but nothing fsynced and the recovery point
+        stays: the LogManager's shutdown then syncs each dir's file system once and calls
+        ``closed_durable`` (thousands of logs, one sync instead of several fsyncs each).
 
         On an offline dir nothing is written: the files are closed as they are and recovery
         checks them after the restart. A disk error while closing takes the dir offline and
@@ -1330,16 +1497,23 @@ class Log:
         """
         if self._closed:
             return
-        if self.offline:
+        if self.offline or not self._opened:
+            # never opened: as the last clean shutdown left it (snapshot at the end included)
             self._drain_writes()
             self._close_files()
             return
         try:
-            self.flush()
+            if sync:
+                self.flush()
+            else:
+                self._drain_writes()
             # Kafka's close: a snapshot at the log end offset, so the next start scans nothing.
             self.producer_state.map_end_offset = self._next_offset
             try:
-                self.producer_state.take_snapshot(sync=True, recovery_point=self.recovery_point)
+                if not sync and self._next_offset > self.log_start_offset:
+                    # (an empty log's entry has no batch: the next append assigns it again)
+                    self.leader_epoch_cache.write_if_dirty(sync=False)
+                self.producer_state.take_snapshot(sync=sync, recovery_point=self.recovery_point)
                 with self._lock:
                     for seg in self.segments:
                         seg.close()
@@ -1351,10 +1525,16 @@ class Log:
             if not self._closed:
                 self._close_files()
 
+    def closed_durable(self) -> None:
+        """After ``close(sync=False)``: the file system was synced since, so everything the
+        log wrote is durable and its recovery point is its end (the checkpoint says so next)."""
+        self._unsynced_snapshots = []
+        self.recovery_point = self._next_offset
+
     def _close_files(self) -> None:
         """Close every segment's files without writing to them."""
         with self._lock:
-            for seg in self.segments:
+            for seg in self._segs:
                 seg.close_quietly()
             self._closed = True
             self._close_deleted_segments(remove=False)
@@ -1363,12 +1543,12 @@ class Log:
         """Close without flushing and remove the whole partition directory."""
         self._drain_writes()
         with self._lock:
-            for seg in self.segments:
+            for seg in self._segs:
                 seg.close_quietly()
             self._closed = True
             self._close_deleted_segments(remove=False)
-            self.segments = []
-            self._bases = []
+            self._segs = []
+            self._base_list = []
         shutil.rmtree(self.dir, ignore_errors=True)
 
     @property
@@ -1387,7 +1567,7 @@ class Log:
         self._drain_writes()
         self.config = config
         self._validator = None  # rebuilt for the new config by the next append
-        for seg in self.segments:
+        for seg in self._segs:  # a deferred log's segments get it when it opens
             seg.index_interval_bytes = config.index_interval_bytes
 
 

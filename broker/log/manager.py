@@ -18,8 +18,9 @@ executor. Logs with flush.messages=1 are written and fsynced by their dir's writ
 (broker/log/writer.py, one per dir, owned here and stopped by ``shutdown``); the others'
 appends are written where they happen.
 
-File handles (broker/log/handles.py): each log holds its active segment's ``.log`` fd; other
-segments borrow one from an LRU bounded by ``max_open_files`` when read. Running out of
+File handles (broker/log/handles.py): each log written to holds its active segment's ``.log``
+fd; other segments borrow one from an LRU bounded by ``max_open_files`` when read. After a
+clean shutdown a start opens no log: each opens on first use (``Log.deferred``). Running out of
 descriptors while creating a log fails that creation alone (OpenFileLimitError, nothing
 left behind on disk) and never takes a dir offline.
 
@@ -82,6 +83,9 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT_FILE = "log-start-offset-checkpoint"
 LOCK_FILE = ".lock"
+#: ours, not Kafka's: each log's latest leader epoch, written by a clean shutdown before its
+#: marker, so a clean start opens no log to learn the epoch its partition leads in
+LEADER_EPOCHS_FILE = "mini-broker-leader-epochs"
 class LogDirLockedError(RuntimeError):
     """A log dir's lock is held by another process (another broker on the same dir)."""
 
@@ -202,6 +206,7 @@ class LogManager:
                 )
             recovery_points = read_offset_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT_FILE)
             start_offsets = read_offset_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT_FILE)
+            epochs = self._read_epochs(log_dir) if clean else {}
             found: list[tuple[TopicPartition, Path]] = []
             for entry in sorted(os.scandir(log_dir), key=lambda e: e.name):
                 if not entry.is_dir():
@@ -218,7 +223,7 @@ class LogManager:
 
             load_one = functools.partial(self._load_log, clean=clean,
                                          recovery_points=recovery_points,
-                                         start_offsets=start_offsets)
+                                         start_offsets=start_offsets, epochs=epochs)
             threads = 1 if clean else self.recovery_threads_per_data_dir
             reread_before = RECOVERY_STATS.bytes
             try:
@@ -239,6 +244,7 @@ class LogManager:
                 "loaded logs",
                 log_dir=str(log_dir),
                 logs=len(loaded),
+                deferred=sum(1 for log in loaded if not log.opened),
                 clean_shutdown=clean,
                 reread_bytes=RECOVERY_STATS.bytes - reread_before,
             )
@@ -256,11 +262,34 @@ class LogManager:
             log_dir.mkdir(parents=True, exist_ok=True)
             self._lock_dir(log_dir)
 
+    @staticmethod
+    def _read_epochs(log_dir: Path) -> dict[TopicPartition, int]:
+        """The latest epochs the clean shutdown wrote; an unreadable file only means every
+        log of the dir is opened at start, as before the file existed."""
+        try:
+            return read_offset_checkpoint(log_dir / LEADER_EPOCHS_FILE)
+        except (ValueError, OSError, UnicodeDecodeError) as e:
+            logger.warning("ignoring the leader epochs file", log_dir=str(log_dir),
+                           reason=str(e))
+            return {}
+
     def _load_log(self, item: tuple[TopicPartition, Path], *, clean: bool,
                   recovery_points: dict[TopicPartition, int],
-                  start_offsets: dict[TopicPartition, int]) -> Log:
+                  start_offsets: dict[TopicPartition, int],
+                  epochs: dict[TopicPartition, int]) -> Log:
+        """After a clean shutdown a log whose offsets and epoch were checkpointed opens on
+        first use (``Log.deferred``); any other is loaded (and recovered) now."""
         tp, path = item
         config = self._config_for(tp[0]) if self._config_for else self.default_config
+        if clean:
+            end = recovery_points.get(tp)
+            start = start_offsets.get(tp)
+            epoch = epochs.get(tp)
+            if end is not None and start is not None and epoch is not None:
+                return Log.deferred(path, config, tp[0], tp[1], log_end_offset=end,
+                                    log_start_offset=start,
+                                    latest_epoch=epoch if epoch >= 0 else None,
+                                    failure_channel=self.failure_channel, clock=self.clock)
         return Log.load(
             path,
             config,
@@ -452,16 +481,23 @@ class LogManager:
         """
         if self.cleaner is not None:
             self.cleaner.shutdown()
+        closed: list[Log] = []
         for log in list(self.logs.values()):
             try:
-                log.close()
+                if log.opened and not log.closed:
+                    log.close(sync=False)
+                    closed.append(log)
+                else:
+                    log.close()
             except KafkaStorageError:
                 pass  # its dir is offline now, reported once by the channel
         for writer in self.writers.values():
             writer.close()
+        self._sync_closed(closed)
         self.checkpoint()
         for log_dir in self.live_log_dirs:
             try:
+                self._write_epochs(log_dir)
                 self._write_clean_shutdown_marker(log_dir)
             except OSError as e:
                 self._dir_failed(log_dir, "writing the clean-shutdown marker", e)
@@ -489,6 +525,34 @@ class LogManager:
             with contextlib.suppress(OSError):
                 os.close(fd)  # closing the fd drops its flock
         self._lock_fds = []
+
+    def _sync_closed(self, closed: list[Log]) -> None:
+        """One file-system sync per live dir makes what its logs' closes wrote durable (data,
+        indexes, producer snapshots, epoch checkpoints), then their recovery points move to
+        their ends: a shutdown costs a sync per dir, not fsyncs per partition. A dir whose
+        sync fails goes offline and keeps its recovery points (the next start recovers it)."""
+        synced: set[str] = set()
+        for log_dir in self.live_log_dirs:
+            try:
+                disk.sync_file_system(log_dir)
+            except OSError as e:
+                self._dir_failed(log_dir, "syncing the closed logs", e)
+                continue
+            synced.add(str(log_dir))
+        for log in closed:
+            if log.log_dir in synced and not log.offline:
+                log.closed_durable()
+
+    def _write_epochs(self, log_dir: Path) -> None:
+        """Each closed log's latest leader epoch (-1: none), for ``Log.deferred`` at the next
+        clean start; written before the marker, so a marker always comes with its file."""
+        epochs: dict[TopicPartition, int] = {}
+        for tp, d in list(self._dir_of.items()):
+            log = self.logs.get(tp)
+            if d == log_dir and log is not None:
+                epoch = log.latest_epoch
+                epochs[tp] = -1 if epoch is None else epoch
+        write_offset_checkpoint(log_dir / LEADER_EPOCHS_FILE, epochs)
 
     @staticmethod
     def _write_clean_shutdown_marker(log_dir: Path) -> None:

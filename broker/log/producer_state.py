@@ -532,10 +532,9 @@ class ProducerStateManager:
             pass
         (self.dir / snapshot_file_name(offset)).unlink(missing_ok=True)
 
-    def _list_snapshots(self) -> list[int]:
+    def _list_snapshots(self, listed: Iterable[str] | None = None) -> list[int]:
         out: list[int] = []
-        for entry in os.scandir(self.dir):
-            name = entry.name
+        for name in os.listdir(self.dir) if listed is None else listed:
             if name.endswith(SNAPSHOT_FILE_SUFFIX) and len(name) == 20 + len(SNAPSHOT_FILE_SUFFIX):
                 stem = name[:20]
                 if stem.isdigit():
@@ -552,7 +551,8 @@ class ProducerStateManager:
         load_limit: int,
         *,
         recovery_point: int,
-    ) -> None:
+        listed: Iterable[str] | None = None,
+    ) -> Path | None:
         """Rebuild the state at ``log_end_offset``: the newest readable snapshot at or below
         ``load_limit``, then the batch headers from there to the end of the log.
 
@@ -565,13 +565,23 @@ class ProducerStateManager:
         the transaction index from where it starts: each segment's entries for markers at or
         above the scan's start are cut and written again (Kafka's LogSegment.recover rebuilds
         it from the producer state the same way), so a crash leaves neither a missing abort
-        nor one of a marker that did not survive.
+        nor one of a marker that did not survive. ``listed``: the dir's file names, when the
+        caller just listed it (else it is listed here).
+
+        After a scan, a snapshot is written at the log end offset, as Kafka does, but not
+        fsynced: its path is returned and the owning Log fsyncs it (file and directory) with
+        its next flush, before that flush moves the recovery point. Many logs recovered at
+        once thus cost no fsync each. It can never claim more than the log holds: a crash
+        restart considers only snapshots at or below the checkpointed recovery point, which
+        passes this one only after the fsync; a clean start comes after a clean shutdown,
+        which fsyncs it; and a snapshot above the log end offset (data a machine crash lost)
+        is deleted by the next load, a torn one fails its CRC and is deleted too.
         """
         self.producers.clear()
         self.ongoing_txns.clear()
         self.unreplicated_txns.clear()
         self.scanned_batches = 0
-        self.snapshots = self._list_snapshots()
+        self.snapshots = self._list_snapshots(listed)
         for offset in [s for s in self.snapshots if s > log_end_offset or s < log_start_offset]:
             self._delete_snapshot(offset)
         start = log_start_offset
@@ -613,9 +623,9 @@ class ProducerStateManager:
         self.last_snap_offset = self.snapshots[-1] if self.snapshots else log_start_offset
         if self.scanned_batches:
             # What was just scanned need not be scanned again (Kafka snapshots here too).
-            self.take_snapshot(sync=True, recovery_point=recovery_point)
-        else:
-            self.retain_snapshots(recovery_point)
+            return self.take_snapshot(sync=False, recovery_point=recovery_point)
+        self.retain_snapshots(recovery_point)
+        return None
 
     def _load_entry(self, entry: ProducerStateEntry) -> None:
         """Kafka's loadProducerEntry: the producer, and its open transaction if any."""

@@ -30,7 +30,7 @@ from pathlib import Path
 import structlog
 
 from broker.log import disk
-from broker.log.handles import HANDLES
+from broker.log.handles import HANDLES, is_fd_exhaustion
 from broker.log.index import OffsetIndex, TimeIndex
 from broker.log.txn_index import TXN_INDEX_FILE_SUFFIX, TransactionIndex
 from broker.log.writer import Write
@@ -111,9 +111,12 @@ class LogSegment:
         active: bool = True,
         size: int | None = None,
         preallocate: int = 0,
+        hold: bool = True,
     ) -> None:
         """``preallocate`` (Kafka's initFileSize under preallocate=true): a new file is made
-        that long at once, its data starting at 0, and cut to its data by ``trim``."""
+        that long at once, its data starting at 0, and cut to its data by ``trim``.
+        ``hold=False``: an active segment whose descriptor is opened by its first append (a
+        new partition no one writes to holds none)."""
         self.dir = dir
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
@@ -138,6 +141,9 @@ class LogSegment:
                 (dir, name + TIME_INDEX_FILE_SUFFIX + file_suffix), base_offset, create=new_file)
             self.txn_index = TransactionIndex(
                 (dir, name + TXN_INDEX_FILE_SUFFIX + file_suffix), base_offset)
+            if not hold and self._fd >= 0:
+                fd, self._fd = self._fd, -1
+                os.close(fd)
         except BaseException:
             if self._fd >= 0:
                 os.close(self._fd)
@@ -353,6 +359,9 @@ class LogSegment:
             )
         fd = self._fd if self._fd >= 0 else self.hold()
         physical_position = self._size
+        if physical_position == 0:  # a segment's first batch: its index files exist from now
+            self.offset_index.ensure_file()
+            self.time_index.ensure_file()
         if deferred is None:
             view = memoryview(records)
             written = 0
@@ -386,8 +395,13 @@ class LogSegment:
             if self._closed:
                 raise OSError(errno.EBADF, f"segment {self.log_path} is closed")
             HANDLES.forget(self)
-            self._fd = disk.open_file(self.log_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
-                                      0o644)
+            flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+            try:
+                self._fd = disk.open_file(self.log_path, flags, 0o644)
+            except OSError as e:
+                if not is_fd_exhaustion(e) or not HANDLES.shrink():
+                    raise
+                self._fd = disk.open_file(self.log_path, flags, 0o644)
         return self._fd
 
     def release(self) -> None:

@@ -626,7 +626,8 @@ def test_max_compaction_lag_forces_a_clean_below_the_ratio(tmp_path: Path) -> No
 
 
 # -- threads ------------------------------------------------------------------------------------
-async def test_threads_clean_and_swap_on_the_event_loop(tmp_path: Path) -> None:
+async def test_threads_clean_and_swap_on_the_event_loop(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = compact_config()
     lm = LogManager([tmp_path / "logs"], cfg)
     lm.load()
@@ -637,13 +638,14 @@ async def test_threads_clean_and_swap_on_the_event_loop(tmp_path: Path) -> None:
             log.roll(T0)
     log.append(batch([kv("k0", "active")]), T0)
     swap_threads: list[str] = []
-    original = log.replace_segments
+    original = Log.replace_segments
 
-    def spy(cleaned: LogSegment, old: list[LogSegment], now_ms: int | None = None) -> bool:
+    def spy(self: Log, cleaned: LogSegment, old: list[LogSegment],
+            now_ms: int | None = None) -> bool:
         swap_threads.append(threading.current_thread().name)
-        return original(cleaned, old, now_ms)
+        return original(self, cleaned, old, now_ms)
 
-    log.replace_segments = spy  # type: ignore[method-assign]
+    monkeypatch.setattr(Log, "replace_segments", spy)  # Log is slotted: patched on the class
     cleaner = lm.start_cleaner(CleanerConfig(threads=2, backoff_ms=10),
                                asyncio.get_running_loop())
     try:

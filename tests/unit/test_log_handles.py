@@ -6,6 +6,7 @@
 * EMFILE while creating a log is an error for that log alone (OpenFileLimitError, answered
   KAFKA_STORAGE_ERROR), nothing of it left on disk, the dir online.
 * After a crash, recovery rereads only what lies past each log's recovery point.
+* After a clean shutdown a start opens no log: each opens on first use (``Log.deferred``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from broker.log import disk
 from broker.log.config import LogConfig
 from broker.log.handles import HANDLES, OpenFileLimitError, raise_open_file_limit
 from broker.log.manager import LogManager
+from broker.log.producer_state import SNAPSHOT_FILE_SUFFIX
 from broker.log.recovery import STATS
 from protocol.errors import ErrorCode
 from tests.support.requests import BASE_TS, record_batch
@@ -253,3 +255,148 @@ async def test_emfile_while_adding_partitions_records_none_of_them(
         assert all(c.log_manager.get_log(("grow", i)) is not None for i in range(4))
     finally:
         await c.close()
+
+
+MANY = 2000
+
+
+def test_thousands_of_partitions_open_on_first_use_and_hold_one_descriptor_each(
+        tmp_path: Path) -> None:
+    """A few thousand logs, every 100th with segments rolled long ago: the handles stay
+    within partitions + a constant; after a clean shutdown the start opens none of them,
+    and a log opens (one descriptor) when first read or written, its old segments holding
+    none until read, then read correctly; nothing is lost across the restarts."""
+    raise_open_file_limit()
+    dirs = [tmp_path / "logs"]
+    lm = LogManager(dirs, LogConfig())
+    lm.load()
+    before = open_fds()
+    for p in range(MANY):
+        log = lm.create_log(f"t{p // 100}", p % 100)
+        log.append(record_batch([b"first-%d" % p]), T0)
+        if p % 100 == 7:
+            for i in range(5):
+                log.roll(T0)
+                log.append(record_batch([b"old-%d-%d" % (p, i)]), T0)
+    assert open_fds() - before <= MANY + 8
+    lm.shutdown()
+
+    before = open_fds()
+    again = LogManager(dirs, LogConfig())
+    logs = again.load()
+    try:
+        assert len(logs) == MANY
+        assert not any(log.opened for log in logs.values())
+        assert open_fds() - before <= 4  # the dir lock and the descriptor reserve
+        # Offsets and epochs come from the checkpoints, without opening anything.
+        assert all(log.log_end_offset == (6 if p % 100 == 7 else 1)
+                   for (t, p), log in logs.items())
+        assert all(log.latest_epoch == 0 for log in logs.values())
+        assert not any(log.opened for log in logs.values())
+        # A read at the log end opens nothing either (an idle consumer's fetch).
+        log = logs[("t3", 7)]
+        assert log.read(log.log_end_offset, 1 << 20) == b""
+        assert not log.opened
+        # The first real read opens it: its rolled segments hold nothing until read, and
+        # reads borrow from the bounded cache; the first append takes the active segment's.
+        assert values(log) == [b"first-307"] + [b"old-307-%d" % i for i in range(5)]
+        assert log.opened and log.num_segments == 6
+        assert not any(s.holds_fd for s in log.segments)
+        log.append(record_batch([b"new-307"]), T0)
+        assert log.active_segment.holds_fd and not any(s.holds_fd for s in log.segments[:-1])
+        # Writes open the others, one descriptor each.
+        for p in range(0, MANY, 2):
+            logs[(f"t{p // 100}", p % 100)].append(record_batch([b"second-%d" % p]), T0)
+        opened = sum(1 for log in logs.values() if log.opened)
+        assert opened == MANY // 2 + 1
+        assert open_fds() - before <= opened + 4 + len(HANDLES)
+    finally:
+        again.shutdown()
+
+    third = LogManager(dirs, LogConfig())
+    logs = third.load()
+    try:
+        for p in (0, 1, 307, MANY - 2, MANY - 1):
+            expected = [b"first-%d" % p]
+            if p % 100 == 7:
+                expected += [b"old-%d-%d" % (p, i) for i in range(5)]
+            if p == 307:
+                expected.append(b"new-307")
+            if p % 2 == 0:
+                expected.append(b"second-%d" % p)
+            assert values(logs[(f"t{p // 100}", p % 100)]) == expected
+    finally:
+        third.shutdown()
+
+
+def test_a_deferred_log_that_cannot_open_fails_that_request_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """EMFILE while a deferred log opens fails that use alone; the next use opens it."""
+    dirs = [tmp_path / "logs"]
+    lm = LogManager(dirs, LogConfig())
+    lm.load()
+    lm.create_log("t", 0).append(record_batch([b"kept"]), T0)
+    lm.shutdown()
+    again = LogManager(dirs, LogConfig())
+    log = again.load()[("t", 0)]
+    try:
+        real = disk.open_file
+
+        def no_descriptors(path: str, flags: int, *mode: int) -> int:
+            raise OSError(errno.EMFILE, "Too many open files", str(path))
+
+        monkeypatch.setattr(disk, "open_file", no_descriptors)
+        with pytest.raises(OpenFileLimitError):
+            log.append(record_batch([b"refused"]), T0)
+        assert not log.opened and again.offline_dirs == 0 and log.log_end_offset == 1
+        monkeypatch.setattr(disk, "open_file", real)
+        log.append(record_batch([b"next"]), T0)
+        assert values(log) == [b"kept", b"next"]
+    finally:
+        again.shutdown()
+
+
+def test_many_logs_recovered_after_a_kill_write_no_fsynced_snapshot_each(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Producer state rebuilt by recovery is snapshotted without an fsync per log; the next
+    flush fsyncs it before the recovery point passes it, so a second crash never loads a
+    snapshot of data it lost, and nothing acknowledged (flushed) is lost."""
+    dirs = [tmp_path / "logs"]
+    config = LogConfig(flush_interval_messages=1)
+    lm = LogManager(dirs, config)
+    lm.load()
+    for p in range(40):
+        log = lm.create_log("t", p)
+        log.append(record_batch([b"checkpointed-%d" % p]), T0)
+        log.flush()
+    lm.checkpoint()
+    unflushed = 0
+    for log in lm.logs.values():
+        unflushed += log.append(record_batch([b"acked-%d" % log.partition]), T0).size
+        log.flush()  # flush.messages=1: acknowledged once fsynced, not yet checkpointed
+    lm.abandon()
+    fsynced: list[int] = []
+    real_fsync = disk.fsync
+
+    def counting(fd: int) -> None:
+        fsynced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(disk, "fsync", counting)
+    STATS.reset()
+    again = LogManager(dirs, config, recovery_threads_per_data_dir=2)
+    logs = again.load()
+    try:
+        assert STATS.bytes == unflushed  # only what the checkpoint did not cover
+        assert fsynced == []  # no snapshot, index or checkpoint fsynced per log
+        for p in range(40):
+            log = logs[("t", p)]
+            assert values(log) == [b"checkpointed-%d" % p, b"acked-%d" % p]
+            assert log.recovery_point == 1 and log.log_end_offset == 2
+            snapshot = log.dir / f"{2:020d}{SNAPSHOT_FILE_SUFFIX}"
+            assert snapshot.exists() and snapshot in log._unsynced_snapshots
+        monkeypatch.setattr(disk, "fsync", real_fsync)
+        logs[("t", 0)].flush()
+        assert logs[("t", 0)].recovery_point == 2 and not logs[("t", 0)]._unsynced_snapshots
+    finally:
+        again.shutdown()
