@@ -29,7 +29,6 @@ import asyncio
 import base64
 import contextlib
 import random
-import secrets
 import ssl
 import struct
 from collections.abc import Callable
@@ -215,6 +214,8 @@ class ScramClient:
         self._mech = mechanism
         self._password = password
         name = username.replace("=", "=3D").replace(",", "=2C")
+        import secrets  # here: hashlib and hmac load at the first SCRAM login, not at start
+
         self._nonce = secrets.token_urlsafe(24)
         self._first_bare = f"n={name},r={self._nonce}"
         self._auth_message = b""

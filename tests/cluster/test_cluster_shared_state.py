@@ -111,8 +111,8 @@ def test_a_user_and_an_acl_made_on_one_broker_count_on_another(
     topic = f"shared-{uuid.uuid4().hex[:6]}"
     # One partition on each broker by hand: a broker's session lapsing under load while the
     # controller places the topic must not leave broker 2 without one.
-    admin.create_topics([NewTopic(topic, replica_assignment=[[1], [2], [3]])])[topic].result(
-        WAIT_S)
+    placed = NewTopic(topic, 3, replica_assignment=[[1], [2], [3]])
+    admin.create_topics([placed])[topic].result(WAIT_S)
 
     def led_by_two() -> int | None:
         meta = metadata(one)

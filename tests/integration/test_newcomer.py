@@ -35,7 +35,8 @@ def test_kafka4_stock_server_properties_starts_and_serves(tmp_path) -> None:
         assert list(broker.ports) == ["PLAINTEXT"]  # the controller's listener is not bound
         [warning] = [e for e in broker.new_log_lines() if e.get("level") == "warning"]
         assert warning["keys"] == sorted([
-            "process.roles", "controller.quorum.voters", "inter.broker.listener.name",
+            # inter.broker.listener.name is used now: it names the listener brokers talk on.
+            "process.roles", "controller.quorum.voters",
             "num.network.threads", "socket.send.buffer.bytes", "socket.receive.buffer.bytes",
             "offsets.topic.replication.factor",
             "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
