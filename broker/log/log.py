@@ -1563,8 +1563,11 @@ class Log:
         """Apply new settings (IncrementalAlterConfigs); they take effect on the next append.
 
         Leaving flush.messages=1 drains the writer first: a later append written here must
-        never land in the file (and be acknowledged) before earlier ones still queued."""
-        self._drain_writes()
+        never land in the file (and be acknowledged) before earlier ones still queued. Any
+        other change needs no drain, so re-applying a topic's settings (a topic created, a
+        partition led) never holds the event loop while the writer works."""
+        if self.config.flush_interval_messages == 1 and config.flush_interval_messages != 1:
+            self._drain_writes()
         self.config = config
         self._validator = None  # rebuilt for the new config by the next append
         for seg in self._segs:  # a deferred log's segments get it when it opens
