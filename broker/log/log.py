@@ -83,6 +83,7 @@ from protocol.record_batch import (
     CONTROL_ABORT,
     CONTROL_MASK,
     TRANSACTIONAL_MASK,
+    BatchHeader,
     CorruptRecordError,
     RecordBatchError,
     assign_offsets,
@@ -100,6 +101,7 @@ __all__ = [
     "Log",
     "OffsetOutOfRangeError",
     "RecordBatchTooLargeError",
+    "UnexpectedAppendOffsetError",
     "parse_topic_partition_dir",
 ]
 
@@ -147,6 +149,14 @@ class OffsetOutOfRangeError(KafkaError):
 
     def __init__(self, message: str) -> None:
         super().__init__(ErrorCode.OFFSET_OUT_OF_RANGE, message)
+
+
+class UnexpectedAppendOffsetError(KafkaError):
+    """A replicated batch does not follow the log end (Kafka's UnexpectedAppendOffsetException):
+    the follower's fetch state and its log disagree."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.UNKNOWN_SERVER_ERROR, message)
 
 
 class RecordBatchTooLargeError(RecordBatchError):
@@ -883,6 +893,215 @@ class Log:
         return self.append(
             marker, now_ms, leader_epoch=leader_epoch, origin=AppendOrigin.COORDINATOR
         )
+
+    # -- the follower's side (Kafka's appendAsFollower, truncateTo) --------------------------
+    def append_as_follower(
+        self, records: bytes | bytearray | memoryview, now_ms: int
+    ) -> AppendInfo | None:
+        """Append the leader's batches as they are (Kafka's appendAsFollower, origin
+        REPLICATION): offsets, partition leader epochs and producer fields are kept, nothing
+        is assigned and no record is re-validated. Only the framing is checked: each whole
+        batch's CRC, that the first offset is at or past the log end and that offsets
+        increase (gaps are allowed: the leader's log may be compacted). A partial trailing
+        batch (a fetch response may end with one) is left out. None when no whole batch.
+
+        Producer state follows the batches without sequence checks, an ABORT marker's
+        transaction goes into the transaction index, and each batch whose epoch is newer than
+        the cache's latest starts that epoch. With a writer (flush.messages=1) the bytes are
+        written and fsynced there as the leader's appends are.
+        """
+        if self.log_dir in self._offline_dirs:
+            raise self._offline_error()
+        if not isinstance(records, bytes):
+            records = bytes(records)  # owned and immutable: a deferred write reads it later
+        batches = self._follower_batches(records)
+        if not batches:
+            return None
+        first_offset = batches[0][1].base_offset
+        max_timestamp = -1
+        offset_of_max_timestamp = -1
+        num_records = 0
+        producer_state = self.producer_state
+        epochs = self.leader_epoch_cache
+        for pos, header in batches:
+            base = header.base_offset
+            last = header.last_offset
+            size = header.size_in_bytes
+            batch_ts = header.max_timestamp
+            num_records += header.record_count
+            if batch_ts > max_timestamp:
+                max_timestamp, offset_of_max_timestamp = batch_ts, last
+            epoch = header.partition_leader_epoch
+            if epoch >= 0 and epoch > epochs.latest_epoch:
+                epochs.assign(epoch, base)
+            deferred: list[Write] | None = [] if self.writes_on_writer else None
+            try:
+                segment = self._roll_for_follower(size, batch_ts, base, last, now_ms)
+                segment.append(last, batch_ts, last, records[pos:pos + size], deferred)
+                self._replicate_producer_batch(segment, records, pos, header)
+            except OSError as e:
+                raise self._dir_failed("appending as follower to", e) from e
+            if deferred is not None:
+                self._defer(deferred, last + 1)
+            self._next_offset = last + 1
+        producer_state.map_end_offset = self._next_offset
+        return AppendInfo(
+            first_offset=first_offset,
+            last_offset=self._next_offset - 1,
+            log_append_time=-1,
+            max_timestamp=max_timestamp,
+            num_records=num_records,
+            size=batches[-1][0] + batches[-1][1].size_in_bytes - batches[0][0],
+            offset_of_max_timestamp=offset_of_max_timestamp,
+        )
+
+    def _follower_batches(self, records: bytes) -> list[tuple[int, BatchHeader]]:
+        """The whole batches of a fetched record set, checked for framing, CRC and offsets."""
+        out: list[tuple[int, BatchHeader]] = []
+        expected = self._next_offset
+        for pos, header in iter_batches(records):
+            if not header.is_valid():
+                raise CorruptRecordError(
+                    f"record batch at offset {header.base_offset} for {self.topic}-"
+                    f"{self.partition} fails its CRC check")
+            base = header.base_offset
+            if base < expected or header.last_offset_delta < 0:
+                raise UnexpectedAppendOffsetError(
+                    f"batch [{base}, {header.last_offset}] for {self.topic}-{self.partition} "
+                    f"does not follow offset {expected}")
+            expected = header.last_offset + 1
+            out.append((pos, header))
+        return out
+
+    def _roll_for_follower(
+        self, size: int, max_timestamp: int, base: int, last: int, now_ms: int
+    ) -> LogSegment:
+        """The segment to append a replicated batch to: a new one when the active segment is
+        due to roll or cannot hold the batch's offsets (then it starts at the batch's base
+        offset, past any gap, as Kafka rolls at the first offset)."""
+        segment = self._maybe_roll(size, max_timestamp, last, now_ms)
+        if segment.can_append_offset(last) and segment.base_offset <= base:
+            return segment
+        if segment.size == 0:
+            raise UnexpectedAppendOffsetError(
+                f"batch [{base}, {last}] does not fit the empty segment at "
+                f"{segment.base_offset} of {self.topic}-{self.partition}")
+        self._next_offset = base  # the gap before the batch holds nothing
+        return self.roll(now_ms)
+
+    def _replicate_producer_batch(
+        self, segment: LogSegment, records: bytes, pos: int, header: BatchHeader
+    ) -> None:
+        """Producer state for one replicated batch, unchecked (Kafka's REPLICATION origin)."""
+        pid = header.producer_id
+        if pid < 0:
+            return
+        producer_state = self.producer_state
+        base = header.base_offset
+        if header.is_control:
+            if header.record_count == 0:
+                return
+            control_type, coordinator_epoch = read_end_txn_marker(records, pos)
+            aborted = control_type == CONTROL_ABORT
+            completed = producer_state.completed_txn(pid, base, aborted)
+            if completed is not None and completed.is_aborted:
+                segment.txn_index.append(AbortedTxn(
+                    pid, completed.first_offset, completed.last_offset,
+                    producer_state.last_stable_offset(completed)))
+            producer_state.update_end_txn_marker(
+                pid, header.producer_epoch, coordinator_epoch, base, header.max_timestamp)
+            return
+        first_seq = header.base_sequence
+        last = header.last_offset
+        last_seq = NO_SEQUENCE if first_seq < 0 else increment_sequence(
+            first_seq, header.last_offset_delta)
+        producer_state.update(
+            pid, header.producer_epoch,
+            BatchMetadata(first_seq, last_seq, base, last, header.max_timestamp),
+            header.is_transactional)
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove everything at and after ``offset`` (Kafka's truncateTo): later segments go,
+        the one holding it is cut at the batch holding it, its indexes with it; producer
+        state is rebuilt from the newest snapshot at or below the new end, the leader epoch
+        cache and the transaction indexes lose what lies past it. Whether anything was
+        removed (nothing is when ``offset`` is at or past the log end)."""
+        if offset < 0:
+            raise ValueError(f"cannot truncate {self.topic}-{self.partition} to {offset}")
+        if self.log_dir in self._offline_dirs:
+            raise self._offline_error()
+        if offset >= self._next_offset:
+            return False
+        if offset <= max(self.log_start_offset, self.segments[0].base_offset):
+            self.truncate_fully_and_start_at(offset)
+            return True
+        self._drain_writes()
+        try:
+            with self._lock:
+                keep = bisect_right(self._bases, offset - 1)
+                removed = self.segments[keep:]
+                del self.segments[keep:]
+                del self._bases[keep:]
+            for seg in removed:  # at once: a later roll may reuse their names
+                seg.delete()
+            active = self.segments[-1]
+            if not active.holds_fd:
+                active.hold()
+            found = active.translate_offset(offset)
+            if found is not None:
+                active.truncate_to_position(found[0])
+                recover_segment(active)  # indexes, max timestamp and txn index of what stays
+            active.txn_index.truncate_to(offset)
+            new_end = active.read_next_offset()
+            self._after_truncation(new_end)
+        except OSError as e:
+            raise self._dir_failed("truncating", e) from e
+        logger.info("truncated log", topic=self.topic, partition=self.partition,
+                    offset=offset, log_end_offset=new_end)
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and start empty at ``offset`` (Kafka's
+        truncateFullyAndStartAt): log start, log end and recovery point move there, the
+        epoch cache is cleared and producer state forgotten with its snapshots."""
+        if self.log_dir in self._offline_dirs:
+            raise self._offline_error()
+        self._drain_writes()
+        now_ms = self.clock.wall_ms()
+        try:
+            with self._lock:
+                removed = list(self.segments)
+                for seg in removed:  # first: the new segment may take one's name
+                    seg.delete()
+                fresh = LogSegment(self.dir, offset, self._index_interval(), now_ms=now_ms,
+                                   preallocate=self._init_file_size())
+                fresh.roll_jitter_ms = self.config.random_segment_jitter(self.jitter_rng)
+                self.segments = [fresh]
+                self._bases = [offset]
+                self.log_start_offset = offset
+            self.leader_epoch_cache.clear()
+            producer_state = self.producer_state
+            for snap in list(producer_state.snapshots):
+                producer_state._delete_snapshot(snap)
+            self._after_truncation(offset)
+        except OSError as e:
+            raise self._dir_failed("truncating fully", e) from e
+        logger.info("truncated log fully", topic=self.topic, partition=self.partition,
+                    log_start_offset=offset)
+
+    def _after_truncation(self, new_end: int) -> None:
+        """The log end moved back to ``new_end``: offsets, epochs and producer state follow."""
+        self._next_offset = new_end
+        self.recovery_point = max(min(self.recovery_point, new_end), self.log_start_offset)
+        if self.high_watermark is not None and self.high_watermark > new_end:
+            self.high_watermark = new_end
+        self._unsynced_snapshots = [
+            p for p in self._unsynced_snapshots if p.exists()]
+        epochs = self.leader_epoch_cache
+        epochs.truncate_from_end(new_end)
+        epochs.write_if_dirty()
+        self.producer_state.load(self.segments, self.log_start_offset, new_end, new_end,
+                                 recovery_point=self.recovery_point)
 
     # -- transactions -----------------------------------------------------------------------------
     @property
