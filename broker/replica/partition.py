@@ -41,7 +41,7 @@ class Partition:
         "topic", "index", "key", "log", "high_watermark", "leader_epoch", "hw_gated_by_flush",
         "appended_bytes", "hw_bytes", "flush_pending", "flush_again", "_unwritten",
         "leader_epoch_start_offset", "replication", "broker_id", "isr", "partition_epoch",
-        "min_insync_replicas",
+        "min_insync_replicas", "leader_id",
     )
 
     #: bumped whenever any partition's leader epoch changes: answers that hold leader epochs
@@ -82,6 +82,8 @@ class Partition:
         self.isr: tuple[int, ...] = (self.broker_id,)
         self.partition_epoch = -1
         self.min_insync_replicas = 1  # min.insync.replicas of the topic
+        #: the broker leading it, while this replica follows (-1 when it leads)
+        self.leader_id = -1
 
     @property
     def log_end_offset(self) -> int:
@@ -116,6 +118,7 @@ class Partition:
         if leader_epoch < self.leader_epoch:
             raise ValueError(f"leader epoch {leader_epoch} of {self.topic}-{self.index} is "
                              f"older than the current {self.leader_epoch}")
+        self.leader_id = -1
         if leader_epoch == self.leader_epoch:
             return False
         Partition.leader_epoch_changes += 1
@@ -240,6 +243,70 @@ class Partition:
         when the flush gates it): the high watermark itself without followers."""
         replication = self.replication
         return self.high_watermark if replication is None else replication.local_end_offset
+
+    # -- the follower's side (Kafka's Partition.makeFollower and the fetcher's appends) --------
+
+    def make_follower(self, broker_id: int, leader_id: int, leader_epoch: int,
+                      isr: Sequence[int], partition_epoch: int) -> bool:
+        """Follow ``leader_id`` in ``leader_epoch`` (Kafka's makeFollower): no followers of
+        its own, the cluster's ISR recorded; the high watermark stays, capped by the log end.
+        Whether the leader or the epoch changed (the fetcher then starts over). An older
+        epoch is refused (ValueError), as make_leader refuses one."""
+        if leader_epoch < self.leader_epoch:
+            raise ValueError(f"leader epoch {leader_epoch} of {self.topic}-{self.index} is "
+                             f"older than the current {self.leader_epoch}")
+        changed = leader_epoch != self.leader_epoch or leader_id != self.leader_id
+        if leader_epoch != self.leader_epoch:
+            Partition.leader_epoch_changes += 1
+        self.broker_id = broker_id
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.replication = None
+        self._unwritten = None
+        self.isr = tuple(isr)
+        self.partition_epoch = max(self.partition_epoch, partition_epoch)
+        if self.high_watermark > self.log_end_offset:
+            self._set_high_watermark(self.log_end_offset, self.appended_bytes)
+        return changed
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview, now_ms: int
+                           ) -> AppendInfo | None:
+        """The leader's batches, appended as they are."""
+        info = self.log.append_as_follower(records, now_ms)
+        if info is not None:
+            self.appended_bytes += info.size
+        return info
+
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> bool:
+        """Kafka's follower high watermark: the leader's, capped by this log's end, never
+        moving back (truncation lowers it). Whether it moved."""
+        new_hw = min(leader_high_watermark, self.log_end_offset)
+        if new_hw <= self.high_watermark:
+            return False
+        self._set_high_watermark(new_hw, self.appended_bytes)
+        return True
+
+    def follow_log_start_offset(self, leader_log_start_offset: int) -> bool:
+        """The leader's log start moved up (retention, DeleteRecords): this replica's follows,
+        up to its high watermark (Kafka's LeaderOffsetIncremented). Whether it moved."""
+        target = min(leader_log_start_offset, self.high_watermark)
+        if target <= self.log.log_start_offset:
+            return False
+        return self.log.maybe_increment_log_start_offset(target, "leader offset incremented")
+
+    def truncate_to(self, offset: int) -> bool:
+        """Kafka's truncateTo for a follower: nothing at or after ``offset`` stays; the high
+        watermark follows the log end down. Whether anything was removed."""
+        removed = self.log.truncate_to(offset)
+        if removed and self.high_watermark > self.log_end_offset:
+            self._set_high_watermark(self.log_end_offset, self.appended_bytes)
+        return removed
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Kafka's truncateFullyAndStartAt: an empty log at ``offset``, the high watermark
+        there too."""
+        self.log.truncate_fully_and_start_at(offset)
+        self._set_high_watermark(offset, self.appended_bytes)
 
     # -- the leader's replication (Kafka's Partition as leader) ------------------------------
 

@@ -151,6 +151,9 @@ class ReplicaManager:
         #: partitions of the cluster hosted here but led elsewhere (Kafka's
         #: NOT_LEADER_OR_FOLLOWER rather than UNKNOWN_TOPIC_OR_PARTITION).
         self.not_led: set[TopicPartition] = set()
+        #: partitions hosted here as followers of another broker's leader: not served to
+        #: clients (they are in ``not_led``), appended to by the replica fetcher.
+        self.follower_partitions: dict[TopicPartition, Partition] = {}
         self._isr_check: _IsrExpiration | None = None
 
     # -- produce ----------------------------------------------------------------------------
@@ -517,6 +520,59 @@ class ReplicaManager:
         self.fetch_purgatory.check_and_complete(tp)
         return True
 
+    def make_follower(self, tp: TopicPartition, leader_id: int, leader_epoch: int,
+                      replicas: list[int], isr: list[int], partition_epoch: int,
+                      partition: Partition | None = None) -> bool:
+        """The partition follows ``leader_id`` in ``leader_epoch`` (Kafka's makeFollowers):
+        served no more (parked produce and fetch answered NOT_LEADER_OR_FOLLOWER now, as
+        completeDelayedOperationsWhenNotPartitionLeader), kept among the follower partitions
+        for the replica fetcher. ``partition``: the one to follow with when this broker holds
+        none of it yet. Whether the leader or epoch changed; False, with nothing changed, for
+        an epoch older than the partition's."""
+        current = self.partitions.get(tp) or self.follower_partitions.get(tp) or partition
+        if current is None:
+            raise KeyError(tp)
+        if leader_epoch < current.leader_epoch:
+            logger.warning("stale leader epoch ignored", topic=tp[0], partition=tp[1],
+                           leader_epoch=leader_epoch, current=current.leader_epoch)
+            return False
+        if tp in self.partitions:
+            self.remove_partition(tp, not_leader=True)
+        self.not_led.add(tp)
+        if tp not in self.follower_partitions:
+            self._add_follower_partition(current)
+        changed = current.make_follower(self.broker_id, leader_id, leader_epoch, isr,
+                                        partition_epoch)
+        logger.info("following partition", topic=tp[0], partition=tp[1], leader=leader_id,
+                    leader_epoch=leader_epoch, replicas=replicas, isr=isr,
+                    log_end_offset=current.log_end_offset,
+                    high_watermark=current.high_watermark)
+        return changed
+
+    def _add_follower_partition(self, partition: Partition) -> None:
+        """A follower's log is made durable by the flush policy alone: its high watermark
+        comes from the leader, never from its own fsyncs."""
+        self.follower_partitions[partition.key] = partition
+        partition.log.on_durable = None
+        partition.log.on_segments_deleted = functools.partial(self._delete_later,
+                                                              partition.log)
+        channel = partition.log.failure_channel
+        if not any(c is channel for c in self._failure_channels):
+            self._watch_log_dir_failures(channel)
+
+    def remove_follower_partition(self, tp: TopicPartition) -> Partition | None:
+        """Stop following (the partition is led here now, or deleted)."""
+        return self.follower_partitions.pop(tp, None)
+
+    def follower_appended(self, partition: Partition, info: AppendInfo | None) -> None:
+        """After the replica fetcher appended: flush by the flush policy (a log without the
+        dir's writer), as appends of a leader are."""
+        plog = partition.log
+        if info is None or plog.writes_on_writer:
+            return
+        if plog.unflushed_messages >= plog.config.flush_interval_messages:
+            self.request_flush(partition)
+
     # -- the ISR: shrink on lag, expand on catch-up, committed by the cluster --------------------
     def _start_isr_check(self) -> None:
         if self._isr_check is None:
@@ -614,7 +670,7 @@ class ReplicaManager:
     def apply_retention(self) -> None:
         """Delete segments past retention; a fetch parked below a new log start answers now."""
         ts = self.clock.wall_ms()
-        for p in list(self.partitions.values()):
+        for p in [*self.partitions.values(), *self.follower_partitions.values()]:
             if p.offline:
                 continue
             try:
@@ -668,7 +724,8 @@ class ReplicaManager:
                                                      partition.log)
                 if elapsed is not None:
                     self.flush_time.observe(elapsed)
-                if partition.hw_gated_by_flush and (partition.advance_high_watermark(
+                led = self.partitions.get(partition.key) is partition  # not a follower's
+                if led and partition.hw_gated_by_flush and (partition.advance_high_watermark(
                     end_offset, end_bytes
                 ) or partition.replication is not None):
                     self.on_high_watermark(partition)
@@ -688,7 +745,7 @@ class ReplicaManager:
         while True:
             await asyncio.sleep(min(interval, 1000) / 1000)
             ts = system_wall_ms()
-            for p in list(self.partitions.values()):
+            for p in [*self.partitions.values(), *self.follower_partitions.values()]:
                 if p.log.flush_due(ts):
                     self.request_flush(p)
 
@@ -696,7 +753,7 @@ class ReplicaManager:
         if self._flush_tasks:
             await asyncio.gather(*self._flush_tasks, return_exceptions=True)
         loop = asyncio.get_running_loop()
-        for p in list(self.partitions.values()):
+        for p in [*self.partitions.values(), *self.follower_partitions.values()]:
             if p.offline:
                 continue
             try:
