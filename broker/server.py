@@ -185,7 +185,8 @@ class Broker:
                           {s.name: s.security_protocol for s in specs}, cluster.settings.rack)
         leadership = CoordinatorLeadership(owners.groups, owners.transactions, cluster.cache)
         replicas = ClusterReplicas(cluster.store, owners.replica_manager, owners.log_manager,
-                                   owners.topics.log_config, leadership=[leadership])
+                                   owners.topics.log_config, leadership=[leadership],
+                                   fetchers=owners.replica_fetchers)
         await cluster.join(info, replicas)
         taken = cluster.taken
         if taken is not None:

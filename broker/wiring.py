@@ -32,6 +32,7 @@ from broker.config import BrokerConfig
 from broker.group.coordinator import GroupConfig, GroupCoordinator
 from broker.group.offsets_store import TOPIC as OFFSETS_TOPIC
 from broker.group.offsets_store import OffsetsStore
+from broker.interbroker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from broker.interbroker.txn import ClusterMarkerChannel, RemoteTransactionVerifier
 from broker.log.manager import LogDirLockedError, LogManager
 from broker.metadata.dynamic_config import DynamicBrokerConfig
@@ -83,6 +84,8 @@ class Owners:
         #: Cluster mode: set by the server before ``load`` (its cluster id checked); the
         #: handlers then answer from the cluster's metadata.
         self.cluster: ClusterNode | None = None
+        #: Cluster mode: the replica fetchers (``load`` makes them).
+        self.replica_fetchers: ReplicaFetcherManager | None = None
         self.loaded = False
 
     def use_cluster(self, cluster: ClusterNode) -> None:
@@ -137,6 +140,7 @@ class Owners:
             groups.partition_for, self.clock)
         rm.verify_transaction = transactions.verify_partition
         if cluster is not None:
+            self._replica_fetchers(cluster)
             groups.follow_partition_leadership()
             transactions.follow_partition_leadership()
             self._transactions_across_brokers(cluster, transactions)
@@ -149,6 +153,17 @@ class Owners:
                                   self.telemetry, self.clock, cluster)
         self.loaded = True
 
+
+    def _replica_fetchers(self, cluster: ClusterNode) -> None:
+        """Cluster mode: the fetchers copying the partitions this broker follows from their
+        leaders (stopped with the cluster node, before its client closes)."""
+        client = cluster.client
+        if client is None:
+            return
+        fetchers = self.replica_fetchers = ReplicaFetcherManager(
+            self.replica_manager, client, FetcherSettings.from_config(self.config),
+            cluster.node_id, lambda: cluster.broker_epoch)
+        cluster.closers.append(fetchers.stop)
 
     def _transactions_across_brokers(self, cluster: ClusterNode,
                                      transactions: TransactionCoordinator) -> None:

@@ -81,6 +81,16 @@ class LeadershipListener(Protocol):
     def stopped_leading(self, tp: TopicPartition) -> object: ...
 
 
+class ReplicaFetching(Protocol):
+    """The replica fetchers (broker/interbroker/replica_fetcher.py), as the transitions use
+    them: fetch a followed partition from its leader, or stop."""
+
+    def add_partition(self, tp: TopicPartition, topic_id: uuid.UUID | None, leader_id: int,
+                      leader_epoch: int) -> object: ...
+
+    def remove_partition(self, tp: TopicPartition) -> object: ...
+
+
 def topic_uuid(topic_id: str) -> uuid.UUID:
     """A cluster topic id (Kafka's URL-safe base64 form) as the protocol's UUID."""
     return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4)))
@@ -365,10 +375,13 @@ class ClusterReplicas:
     def __init__(self, store: MetadataStore, replica_manager: ReplicaManager,
                  log_manager: LogManager, log_config: Callable[[dict[str, str]], LogConfig],
                  min_insync_replicas: int = 1,
-                 leadership: Sequence[LeadershipListener] = ()) -> None:
+                 leadership: Sequence[LeadershipListener] = (),
+                 fetchers: ReplicaFetching | None = None) -> None:
         """``leadership``: told after each partition this broker starts leading (or leads in
-        a new leader epoch) and as soon as it stops leading one."""
+        a new leader epoch) and as soon as it stops leading one; ``fetchers``: where the
+        partitions this broker follows are fetched from their leaders."""
         self.store = store
+        self.fetchers = fetchers
         #: the broker's min.insync.replicas, for topics that do not set theirs.
         self.min_insync_replicas = min_insync_replicas
         self.leadership = list(leadership)
@@ -444,6 +457,17 @@ class ClusterReplicas:
         configs = await self._topic_configs(p.topic, p.topic_id)
         rm = self.replica_manager
         partition = rm.partitions.get(tp)
+        following = rm.follower_partitions.get(tp)
+        if following is not None and p.leader_epoch < following.leader_epoch:
+            logger.warning("stale leader epoch ignored", topic=p.topic, partition=p.partition,
+                           leader_epoch=p.leader_epoch, current=following.leader_epoch)
+            return
+        if partition is None and following is not None:
+            if self.fetchers is not None:
+                self.fetchers.remove_partition(tp)
+            partition = rm.remove_follower_partition(tp)  # led with its follower state
+            assert partition is not None
+            rm.add_partition(partition)
         if partition is None:
             cfg = self.log_config(configs)
             log = self.log_manager.get_log(tp)
@@ -478,13 +502,53 @@ class ClusterReplicas:
 
     async def _follow(self, p: LeaderAndIsr) -> None:
         tp = (p.topic, p.partition)
+        rm = self.replica_manager
+        partition = rm.partitions.get(tp) or rm.follower_partitions.get(tp)
+        if partition is not None and p.leader_epoch < partition.leader_epoch:
+            logger.warning("stale leader epoch ignored", topic=p.topic, partition=p.partition,
+                           leader_epoch=p.leader_epoch, current=partition.leader_epoch)
+            return
         if self._unserve(tp, not_leader=True):
             logger.info("stopped leading partition", topic=p.topic, partition=p.partition,
                         leader=p.leader, leader_epoch=p.leader_epoch)
+        if partition is None:
+            partition = await self._open_partition(p)
+            if partition is None:
+                return
+        rm.make_follower(tp, p.leader, p.leader_epoch, list(p.replicas), list(p.isr),
+                         p.partition_epoch, partition=partition)
+        if self.fetchers is None:
+            return
+        if p.leader >= 0:
+            self.fetchers.add_partition(tp, topic_uuid(p.topic_id), p.leader, p.leader_epoch)
+        else:  # no leader: nothing to fetch until one is elected
+            self.fetchers.remove_partition(tp)
+
+    async def _open_partition(self, p: LeaderAndIsr) -> Partition | None:
+        """A partition of this broker's log (opened, or created empty) to follow with."""
+        configs = await self._topic_configs(p.topic, p.topic_id)
+        cfg = self.log_config(configs)
+        tp = (p.topic, p.partition)
+        log = self.log_manager.get_log(tp)
+        if log is None:
+            try:
+                log = self.log_manager.create_log(p.topic, p.partition, cfg)
+            except KafkaError as e:
+                logger.error("cannot create the log of a partition to follow",
+                             topic=p.topic, partition=p.partition, error=str(e))
+                return None
+        else:
+            log.update_config(cfg)
+        partition = Partition(p.topic, p.partition, log, cfg.flush_interval_messages == 1)
+        partition.min_insync_replicas = _min_insync_replicas(configs, self.min_insync_replicas)
+        return partition
 
     async def _delete(self, topic: str, topic_id: str, partition: int) -> None:
         tp = (topic, partition)
         self._unserve(tp)
+        if self.fetchers is not None:
+            self.fetchers.remove_partition(tp)
+        self.replica_manager.remove_follower_partition(tp)
         self.log_manager.delete_log(tp)
         self._configs.pop(topic_id, None)
         logger.info("partition deleted", topic=topic, partition=partition)
