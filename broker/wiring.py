@@ -123,6 +123,7 @@ class Owners:
                       else Timer(self.clock))
         rm = self.replica_manager = ReplicaManager(cfg["log.flush.interval.ms"],
                                                    self.request_timer, self.clock)
+        rm.replica_lag_time_max_ms = cfg["replica.lag.time.max.ms"]
         topics = self.topics = TopicAdmin(cfg, self.metadata, self.log_manager, rm, dynamic,
                                           self.shared)
         self.log_manager.load()
@@ -160,9 +161,15 @@ class Owners:
         client = cluster.client
         if client is None:
             return
+        def broker_epoch() -> int:
+            """The current registration's epoch (a lost lease registers anew), -1 between."""
+            registration = cluster.membership.registration
+            epoch = registration.epoch if registration is not None else None
+            return -1 if epoch is None else epoch
+
         fetchers = self.replica_fetchers = ReplicaFetcherManager(
             self.replica_manager, client, FetcherSettings.from_config(self.config),
-            cluster.node_id, lambda: cluster.broker_epoch)
+            cluster.node_id, broker_epoch)
         cluster.closers.append(fetchers.stop)
 
     def _transactions_across_brokers(self, cluster: ClusterNode,

@@ -22,9 +22,10 @@ tasks:
 - A DivergingEpoch in the answer (the leader detected divergence from LastFetchedEpoch)
   truncates instead of appending, as Kafka since 2.7; OFFSET_OUT_OF_RANGE asks the leader's
   end and start (ListOffsets as a replica) and truncates as handleOutOfRangeError;
-  FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH and NOT_LEADER_OR_FOLLOWER stop fetching the
-  partition until the partition-state watcher brings newer state; any other error backs the
-  partition off ``replica.fetch.backoff.ms``, as does a leader that cannot be reached.
+  FENCED_LEADER_EPOCH stops fetching the partition until the partition-state watcher brings
+  newer state (Kafka's onPartitionFenced); UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER and any
+  other error back the partition off ``replica.fetch.backoff.ms``, as does a leader that
+  cannot be reached (the state may have reached this broker before the leader).
 """
 
 from __future__ import annotations
@@ -63,10 +64,11 @@ OFFSET_FOR_LEADER_EPOCH_KEY = 23
 OFFSET_FOR_LEADER_EPOCH_NEWEST = 4
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
-#: errors after which a partition waits for newer state from the cluster (Kafka's fetcher
-#: removes or delays the partition until the next LeaderAndIsr)
-_WAIT_FOR_STATE = frozenset({ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
-                             ErrorCode.NOT_LEADER_OR_FOLLOWER})
+#: the error after which a partition waits for newer state from the cluster (Kafka's
+#: onPartitionFenced: this replica's leader epoch is older than the leader's). The leader not
+#: knowing the epoch yet (UNKNOWN_LEADER_EPOCH) or not leading yet (NOT_LEADER_OR_FOLLOWER:
+#: the state reached this follower first) backs off and asks again, as Kafka's fetcher does.
+_WAIT_FOR_STATE = frozenset({ErrorCode.FENCED_LEADER_EPOCH})
 
 
 @dataclass(frozen=True, slots=True)
