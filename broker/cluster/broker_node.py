@@ -469,18 +469,9 @@ class ClusterReplicas:
             assert partition is not None
             rm.add_partition(partition)
         if partition is None:
-            cfg = self.log_config(configs)
-            log = self.log_manager.get_log(tp)
-            if log is None:
-                try:
-                    log = self.log_manager.create_log(p.topic, p.partition, cfg)
-                except KafkaError as e:
-                    logger.error("cannot create the log of a partition to lead",
-                                 topic=p.topic, partition=p.partition, error=str(e))
-                    return
-            else:
-                log.update_config(cfg)
-            partition = Partition(p.topic, p.partition, log, cfg.flush_interval_messages == 1)
+            partition = await self._open_partition(p, "lead")
+            if partition is None:
+                return
             rm.add_partition(partition)
         if p.leader_epoch < partition.leader_epoch:
             logger.warning("stale leader epoch ignored", topic=p.topic, partition=p.partition,
@@ -512,7 +503,7 @@ class ClusterReplicas:
             logger.info("stopped leading partition", topic=p.topic, partition=p.partition,
                         leader=p.leader, leader_epoch=p.leader_epoch)
         if partition is None:
-            partition = await self._open_partition(p)
+            partition = await self._open_partition(p, "follow")
             if partition is None:
                 return
         rm.make_follower(tp, p.leader, p.leader_epoch, list(p.replicas), list(p.isr),
@@ -524,8 +515,9 @@ class ClusterReplicas:
         else:  # no leader: nothing to fetch until one is elected
             self.fetchers.remove_partition(tp)
 
-    async def _open_partition(self, p: LeaderAndIsr) -> Partition | None:
-        """A partition of this broker's log (opened, or created empty) to follow with."""
+    async def _open_partition(self, p: LeaderAndIsr, purpose: str) -> Partition | None:
+        """A partition of this broker's log (opened, or created empty) to lead or follow
+        with; None (logged) when the log cannot be created."""
         configs = await self._topic_configs(p.topic, p.topic_id)
         cfg = self.log_config(configs)
         tp = (p.topic, p.partition)
@@ -534,7 +526,7 @@ class ClusterReplicas:
             try:
                 log = self.log_manager.create_log(p.topic, p.partition, cfg)
             except KafkaError as e:
-                logger.error("cannot create the log of a partition to follow",
+                logger.error(f"cannot create the log of a partition to {purpose}",
                              topic=p.topic, partition=p.partition, error=str(e))
                 return None
         else:

@@ -313,7 +313,8 @@ class ReplicaFetcher:
             logger.info("replica fetch refused", leader=self.leader_id, error=top_error.name)
             self._back_off([s for s, _ in asked.values()])
             return
-        by_id = {s.topic_id: tp[0] for tp, (s, _o) in asked.items() if s.topic_id is not None}
+        by_id: dict[Any, str] = {s.topic_id: tp[0] for tp, (s, _o) in asked.items()
+                                 if s.topic_id is not None}
         answered: set[TopicPartition] = set()
         for t in response.responses:
             topic = getattr(t, "topic", None) or by_id.get(getattr(t, "topic_id", None))

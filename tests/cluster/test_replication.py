@@ -31,7 +31,7 @@ def overrides(etcd: EtcdProcess, prefix: str, node: int) -> dict[str, str]:
             "minibroker.etcd.prefix": prefix, "broker.session.timeout.ms": str(SESSION_MS),
             "broker.heartbeat.interval.ms": "500", "replica.lag.time.max.ms": str(LAG_MS),
             "replica.fetch.wait.max.ms": "200", "replica.fetch.backoff.ms": "200",
-            "log.segment.bytes": "8192"}
+            "log.segment.bytes": "8192", "log.flush.interval.messages": "1"}
 
 
 @pytest.fixture
@@ -107,7 +107,9 @@ def consume_all(servers: str, topic: str, end: int) -> list[tuple[int, bytes]]:
             msg = consumer.poll(0.5)
             if msg is None or msg.error():
                 continue
-            out.append((msg.offset(), msg.value()))
+            offset, value = msg.offset(), msg.value()
+            assert offset is not None and value is not None
+            out.append((offset, value))
     finally:
         consumer.close()
     return out
