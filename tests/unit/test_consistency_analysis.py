@@ -299,5 +299,5 @@ def test_injected_aborted_read_is_found(h: History, data: st.DataObject) -> None
                         and s.value in read and h.outcome(s) is Outcome.COMMITTED})
     assume(committed)
     key = data.draw(st.sampled_from(committed))
-    h.txns[key] = Outcome.ABORTED  # type: ignore[index]
+    h.txns[key] = Outcome.ABORTED
     assert found(h).keys() == {"aborted_read"}
