@@ -63,6 +63,7 @@ def workload_of(args: argparse.Namespace) -> Workload:
         fault_interval_s=args.fault_interval,
         fault_duration_s=args.fault_duration if args.fault_duration is not None
         else args.fault_interval / 2,
+        fault_count=args.fault_count,
         drain_timeout_s=args.drain_timeout, seed=args.seed)
 
 
@@ -107,6 +108,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                     help="seconds between the end of one fault and the next")
     ap.add_argument("--fault-duration", type=float, default=None,
                     help="seconds each fault lasts (default: half the interval)")
+    ap.add_argument("--fault-count", type=int, default=None,
+                    help="inject this many faults, producing until they are over "
+                    "(default: faults until the producers stop)")
     ap.add_argument("--drain-timeout", type=float, default=30.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--png", default="consistency.png", help="the timeline ('' for none)")

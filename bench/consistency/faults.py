@@ -3,7 +3,8 @@
 The schedule knows brokers only through ``FaultTarget``: a bootstrap address, node ids, the
 fault kinds it can inject, ``inject(kind, node)`` and ``heal(kind, node)``. Every
 ``interval_s`` it injects the next kind of its list (round robin) on a node drawn from a
-seeded random, holds it ``duration_s`` and heals it; each fault becomes a ``FaultEvent``.
+seeded random, holds it ``duration_s`` and heals it, ``count`` times or until stopped; each
+fault becomes a ``FaultEvent``.
 
 Targets here:
 
@@ -79,7 +80,8 @@ class FaultSchedule(threading.Thread):
     """Injects and heals faults on a target until ``stop``; then heals what is still on."""
 
     def __init__(self, target: FaultTarget, kinds: Sequence[str], interval_s: float,
-                 duration_s: float, origin: float, seed: int = 0) -> None:
+                 duration_s: float, origin: float, seed: int = 0,
+                 count: int | None = None) -> None:
         super().__init__(name="consistency-faults", daemon=True)
         unknown = set(kinds) - target.fault_kinds
         if unknown:
@@ -91,15 +93,24 @@ class FaultSchedule(threading.Thread):
         self.interval_s, self.duration_s = interval_s, duration_s
         self.origin = origin
         self.rng = random.Random(seed)
+        self.count = count  # None: until stopped
         self.events: list[FaultEvent] = []
+        self.done = threading.Event()  # set once ``count`` faults were injected and healed
         self._stopping = threading.Event()
 
     def now(self) -> float:
         return time.monotonic() - self.origin
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            self.done.set()
+
+    def _run(self) -> None:
         turn = 0
-        while self.kinds and not self._stopping.wait(self.interval_s):
+        while (self.kinds and (self.count is None or turn < self.count)
+               and not self._stopping.wait(self.interval_s)):
             kind = self.kinds[turn % len(self.kinds)]
             turn += 1
             event = FaultEvent(kind, self.rng.choice(list(self.target.node_ids)), self.now())

@@ -2,13 +2,14 @@
 
 Producers are confluent-kafka's idempotent producers (acks=all), each sending unique values
 (``<producer>-<n>``) round robin over the partitions at a fixed rate, until the duration or
-the record budget is spent; with ``transactional`` each sends transactions of ``txn_size``
-records and aborts some on purpose (``abort_ratio``). A producer that meets a fatal error is
-replaced by a new one (a new name in the history: ``p0``, ``p0.1`` ...). Consumers are
-assigned every partition from the beginning and read until the producers stop. The faults
-are healed, then a fresh consumer reads every partition to its end (``drained`` when it got
-there before ``drain_timeout_s``). Everything any client saw is the history that
-``analysis.analyse`` reads.
+the record budget is spent (and, given a fault count, those faults are over). With
+``transactional`` each sends transactions of ``txn_size`` records and aborts some on purpose
+(``abort_ratio``). A producer that meets a fatal error is replaced by a new one (a new name
+in the history: ``p0``, ``p0.1`` ...). Consumers are assigned every partition from the
+beginning and read until the producers stop. The faults are healed, then a fresh consumer
+reads every partition to its end (``drained`` when it got there before
+``drain_timeout_s``). Everything any client saw is the history that ``analysis.analyse``
+reads.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class Workload:
     faults: Sequence[str] = ()
     fault_interval_s: float = 5.0
     fault_duration_s: float = 2.0
+    fault_count: int | None = None  # faults in all; producing lasts until they are healed
     drain_timeout_s: float = 30.0
     seed: int = 0
 
@@ -87,6 +89,7 @@ class _Run:
     workload: Workload
     origin: float = field(default_factory=time.monotonic)
     stopping: threading.Event = field(default_factory=threading.Event)
+    faults_done: threading.Event = field(default_factory=threading.Event)
     errors: list[ClientError] = field(default_factory=list)
 
     def now(self) -> float:
@@ -153,7 +156,8 @@ class ProducerThread(threading.Thread):
     def _more(self) -> bool:
         w = self.run_.workload
         return (not self.run_.stopping.is_set() and self.count < self.quota
-                and time.monotonic() - self.started < w.duration_s)
+                and (time.monotonic() - self.started < w.duration_s
+                     or not self.run_.faults_done.is_set()))
 
     def _send_one(self, txn: int | None) -> None:
         """Wait for the rate, then produce the next value (the queue full: serve and retry)."""
@@ -342,7 +346,11 @@ def run_check(target: FaultTarget, workload: Workload | None = None) -> Result:
     create_topic(target.bootstrap_servers, w, topic)
     run = _Run(target.bootstrap_servers, topic, w)
     schedule = FaultSchedule(target, w.faults, w.fault_interval_s, w.fault_duration_s,
-                             run.origin, w.seed)
+                             run.origin, w.seed, w.fault_count)
+    if w.fault_count is not None and w.faults:
+        run.faults_done = schedule.done
+    else:  # the faults go on as long as the producers do
+        run.faults_done.set()
     producers = [ProducerThread(run, i, w.records // w.producers + (i < w.records % w.producers))
                  for i in range(w.producers)]
     consumers = [ConsumerThread(run, f"c{i}") for i in range(w.consumers)]
@@ -351,7 +359,7 @@ def run_check(target: FaultTarget, workload: Workload | None = None) -> Result:
     schedule.start()
     try:
         for p in producers:
-            p.join(w.duration_s + 120)
+            p.join()  # bounded: the duration, the faults' count, then a 60 s flush
     finally:
         schedule.stop()
         run.stopping.set()
