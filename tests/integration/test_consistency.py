@@ -11,6 +11,7 @@ were never read before the cut.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ OVERRIDES = {"offsets.topic.num.partitions": "1", "transaction.state.log.num.par
 
 
 @pytest.fixture
-def broker(tmp_path: Path):
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
     b = BrokerProcess(tmp_path, OVERRIDES).start()
     yield b
     if b.proc is not None and b.proc.poll() is None:
