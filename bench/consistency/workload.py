@@ -127,7 +127,7 @@ class ProducerThread(threading.Thread):
                 "error_cb": lambda e: self.run_.error(self.name_, e)}
         if w.transactional:
             conf["transactional.id"] = f"{self.run_.topic}-p{self.index}"
-            conf["transaction.timeout.ms"] = 10000
+            conf["transaction.timeout.ms"] = 60000  # no less than message.timeout.ms
         producer = Producer(conf)
         if w.transactional:
             producer.init_transactions(TXN_OP_DEADLINE_S)
