@@ -31,7 +31,7 @@ def draw(result: Result, path: Path) -> Path:
     errors = [e.at_s for e in result.errors]
     fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(10, 5),
                                       gridspec_kw={"height_ratios": [3, 1]})
-    for label, times in (("acknowledged/s", acked), ("read/s", read)):
+    for label, times in (("acknowledged/s", acked), ("read/s, all consumers", read)):
         xs, ys = per_second(times, result.seconds)
         top.step(xs, ys, where="post", label=label)
     xs, ys = per_second(errors, result.seconds)
