@@ -343,10 +343,10 @@ def run_check(target: FaultTarget, workload: Workload | None = None) -> Result:
     embedded broker, a bare bootstrap address (no faults), or a cluster's wrapper."""
     w = workload or Workload()
     topic = w.topic or f"consistency-{uuid.uuid4().hex[:8]}"
-    create_topic(target.bootstrap_servers, w, topic)
     run = _Run(target.bootstrap_servers, topic, w)
     schedule = FaultSchedule(target, w.faults, w.fault_interval_s, w.fault_duration_s,
-                             run.origin, w.seed, w.fault_count)
+                             run.origin, w.seed, w.fault_count)  # refuses faults it can't do
+    create_topic(target.bootstrap_servers, w, topic)
     if w.fault_count is not None and w.faults:
         run.faults_done = schedule.done
     else:  # the faults go on as long as the producers do
