@@ -35,6 +35,7 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         b.kill()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_two_kills_report_no_anomaly(broker: BrokerProcess) -> None:
     # the record budget outlasts the faults however slow the restarts are
@@ -57,6 +58,7 @@ def test_two_kills_report_no_anomaly(broker: BrokerProcess) -> None:
     assert result.analysis.read == result.analysis.acknowledged > 500
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_power_loss_is_reported_as_lost(broker: BrokerProcess) -> None:
     # the cut comes late enough for acknowledgements to precede it on a loaded machine
