@@ -1,0 +1,139 @@
+"""Does a broker keep what it acknowledged? A bounded workload under faults, then Jepsen's
+anomalies for Kafka.
+
+    python -m bench.consistency --json [--faults kill,pause] [--fault-interval 5]
+        [--duration 20] [--records 20000] [--txn] [--bootstrap HOST:PORT] [--png PATH]
+
+Without --bootstrap a broker is started for the run (`python -m broker` on an ephemeral
+127.0.0.1 port with a temporary data dir; --broker embedded runs it in this process) and
+takes the faults; with --bootstrap the run has no faults. One JSON line per fault, then one
+summary line (counts of every anomaly, the first cases of each, throughput, client errors,
+the PNG timeline's path). The exit status is 1 when any anomaly fails the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from bench.consistency.faults import BootstrapTarget, EmbeddedTarget, FaultTarget, ProcessTarget
+from bench.consistency.workload import Result, Workload, run_check
+
+# Small internal topics: the broker starts in a second; nothing checked depends on them.
+BROKER_DEFAULTS = {"offsets.topic.num.partitions": "1",
+                   "transaction.state.log.num.partitions": "1"}
+
+
+@contextlib.contextmanager
+def started_target(args: argparse.Namespace) -> Iterator[FaultTarget]:
+    """The target the flags name: the bootstrap address, or a broker started for the run."""
+    if args.bootstrap:
+        yield BootstrapTarget(args.bootstrap)
+        return
+    overrides = {**BROKER_DEFAULTS, **dict(o.split("=", 1) for o in args.override)}
+    with tempfile.TemporaryDirectory(prefix="consistency-") as tmp:
+        if args.broker == "embedded":
+            from broker.testing import EmbeddedBroker
+
+            with EmbeddedBroker(Path(tmp), **overrides) as embedded:
+                yield EmbeddedTarget(embedded)
+            return
+        from tests.support.broker import BrokerProcess
+
+        process = BrokerProcess(Path(tmp), overrides).start()
+        try:
+            yield ProcessTarget(process)
+        finally:
+            if process.proc is not None and process.proc.poll() is None:
+                process.kill()
+
+
+def workload_of(args: argparse.Namespace) -> Workload:
+    return Workload(
+        partitions=args.partitions, replication_factor=args.replication_factor,
+        producers=args.producers, consumers=args.consumers, duration_s=args.duration,
+        records=args.records, rate=args.rate, transactional=args.txn, txn_size=args.txn_size,
+        abort_ratio=args.abort_ratio, faults=[f for f in args.faults.split(",") if f],
+        fault_interval_s=args.fault_interval,
+        fault_duration_s=args.fault_duration if args.fault_duration is not None
+        else args.fault_interval / 2,
+        fault_count=args.fault_count,
+        drain_timeout_s=args.drain_timeout, seed=args.seed)
+
+
+def summary(result: Result, png: Path | None, examples: int) -> dict[str, Any]:
+    h = result.history
+    acked = sum(1 for s in h.sends if h.acknowledged(s))
+    return {"bench": "consistency", "topic": result.topic, "seconds": round(result.seconds, 2),
+            "transactional": result.workload.transactional,
+            "faults": [f.kind for f in result.faults],
+            "fault_errors": sum(1 for f in result.faults if f.error),
+            "acknowledged_per_s": round(acked / max(result.seconds, 1e-9), 1),
+            "client_errors": len(result.errors),
+            "transactions": {o.value: sum(1 for v in h.txns.values() if v is o)
+                             for o in set(h.txns.values())},
+            **result.analysis.to_dict(examples), "png": str(png) if png else None}
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", action="store_true", help="one JSON object per line")
+    ap.add_argument("--bootstrap", help="check this cluster (no faults) instead of starting one")
+    ap.add_argument("--broker", choices=("process", "embedded"), default="process",
+                    help="how the broker started for the run runs")
+    ap.add_argument("--override", action="append", default=[], metavar="key=value",
+                    help="a server.properties key for the broker started for the run")
+    ap.add_argument("--duration", type=float, default=20.0, help="seconds of producing")
+    ap.add_argument("--records", type=int, default=20_000, help="records at most, in all")
+    ap.add_argument("--rate", type=float, default=200.0, help="records/s per producer")
+    ap.add_argument("--producers", type=int, default=2)
+    ap.add_argument("--consumers", type=int, default=2,
+                    help="consumers reading while producers run (the drain comes after)")
+    ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--replication-factor", type=int, default=1)
+    ap.add_argument("--txn", action="store_true", help="transactional producers, "
+                    "read_committed consumers")
+    ap.add_argument("--txn-size", type=int, default=10, help="records per transaction")
+    ap.add_argument("--abort-ratio", type=float, default=0.1,
+                    help="share of transactions aborted on purpose")
+    ap.add_argument("--faults", default="", help="comma-separated kinds, injected in turn: "
+                    "kill, stop, pause, power-loss (what the target supports)")
+    ap.add_argument("--fault-interval", type=float, default=5.0,
+                    help="seconds between the end of one fault and the next")
+    ap.add_argument("--fault-duration", type=float, default=None,
+                    help="seconds each fault lasts (default: half the interval)")
+    ap.add_argument("--fault-count", type=int, default=None,
+                    help="inject this many faults, producing until they are over "
+                    "(default: faults until the producers stop)")
+    ap.add_argument("--drain-timeout", type=float, default=30.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--png", default="consistency.png", help="the timeline ('' for none)")
+    ap.add_argument("--examples", type=int, default=5, help="cases shown for each kind")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    workload = workload_of(args)
+    with started_target(args) as target:
+        result = run_check(target, workload)
+    png = None
+    if args.png:
+        from bench.consistency.timeline import draw
+
+        png = draw(result, Path(args.png))
+    rows = [{"bench": "consistency", **f.to_dict()} for f in result.faults]
+    rows.append(summary(result, png, args.examples))
+    for row in rows:
+        print(json.dumps(row) if args.json else row, flush=True)
+    return 0 if result.analysis.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
