@@ -149,6 +149,32 @@ class Partition:
             return ErrorCode.NONE, -1, -1
         return ErrorCode.NONE, found[0], found[1]
 
+    def diverging_epoch(self, current_leader_epoch: int, last_fetched_epoch: int,
+                        fetch_offset: int) -> tuple[int, int] | None:
+        """Kafka's divergence check of a fetch with a LastFetchedEpoch (Fetch v12+, Partition's
+        readRecords): ``(epoch, end offset)`` of this log for ``last_fetched_epoch`` when the
+        fetcher's log diverged from it (the epoch ends here before ``fetch_offset``, or only an
+        older epoch is known), None when it did not. OffsetOutOfRangeError when the epoch has
+        no end offset here (newer than every known epoch), or ``fetch_offset`` is below the
+        log start offset, diverged or not."""
+        error, epoch, end_offset = self.last_offset_for_leader_epoch(current_leader_epoch,
+                                                                     last_fetched_epoch)
+        if error != ErrorCode.NONE:
+            raise KafkaError(error, f"leader epoch {current_leader_epoch} of "
+                                    f"{self.topic}-{self.index} is not {self.leader_epoch}")
+        if epoch < 0 or end_offset < 0:
+            raise OffsetOutOfRangeError(
+                f"could not determine the end offset of the last fetched epoch "
+                f"{last_fetched_epoch} of {self.topic}-{self.index}")
+        start = self.log_start_offset
+        if fetch_offset < start:
+            raise OffsetOutOfRangeError(
+                f"fetch offset {fetch_offset} of {self.topic}-{self.index} is below the log "
+                f"start offset {start} (log end {self.log_end_offset})")
+        if epoch < last_fetched_epoch or end_offset < fetch_offset:
+            return epoch, end_offset
+        return None
+
     def delete_records(self, offset: int) -> int:
         """Kafka's deleteRecordsOnLeader: move the log start offset up to ``offset``
         (HIGH_WATERMARK: the high watermark) and answer the low watermark.

@@ -108,6 +108,8 @@ class PartitionFetch:
     current_leader_epoch: int = -1
     #: a follower's log start offset (Fetch v5+), -1 from a consumer.
     log_start_offset: int = -1
+    #: the epoch of the fetcher's last batch (Fetch v12+), -1: none, nothing checked.
+    last_fetched_epoch: int = -1
 
 
 @dataclass(slots=True)
@@ -119,6 +121,9 @@ class FetchResult:
     last_stable_offset: int = -1
     #: read_committed only: the aborted transactions overlapping what was read.
     aborted: list[AbortedTxn] | None = None
+    #: (epoch, end offset) when the fetcher's log diverged from this one (Fetch v12+): no
+    #: records, the fetcher truncates to it (Kafka's DivergingEpoch).
+    diverging_epoch: tuple[int, int] | None = None
 
 
 class ReplicaManager:
@@ -369,7 +374,8 @@ class ReplicaManager:
                                      replica_id=replica_id, replica_epoch=replica_epoch,
                                      update_fetch_state=True)
         total = sum(len(r.records) for r in results)
-        has_error = any(r.error != ErrorCode.NONE for r in results)
+        has_error = any(r.error != ErrorCode.NONE or r.diverging_epoch is not None
+                        for r in results)  # a diverged fetcher is told at once, as Kafka
         if max_wait_ms <= 0 or total >= min_bytes or has_error or not fetches:
             return completed(results)
         partitions = self.partitions
@@ -421,6 +427,18 @@ class ReplicaManager:
                     continue
             hw = p.high_watermark
             lso = p.last_stable_offset
+            if f.last_fetched_epoch >= 0:  # Kafka's readRecords, before any read
+                try:
+                    diverged = p.diverging_epoch(f.current_leader_epoch, f.last_fetched_epoch,
+                                                 f.fetch_offset)
+                except KafkaError as exc:
+                    results.append(FetchResult(ErrorCode(exc.error_code), b"", hw,
+                                               p.log_start_offset, lso))
+                    continue
+                if diverged is not None:  # no records, and the follower's state stays
+                    results.append(FetchResult(ErrorCode.NONE, b"", hw, p.log_start_offset,
+                                               lso, diverging_epoch=diverged))
+                    continue
             if f.max_bytes < 0:  # Kafka's LocalLog.read refuses it; the partition answers so
                 results.append(FetchResult(ErrorCode.UNKNOWN_SERVER_ERROR, b"", hw,
                                            p.log_start_offset, lso))
