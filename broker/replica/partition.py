@@ -41,7 +41,7 @@ class Partition:
         "topic", "index", "key", "log", "high_watermark", "leader_epoch", "hw_gated_by_flush",
         "appended_bytes", "hw_bytes", "flush_pending", "flush_again", "_unwritten",
         "leader_epoch_start_offset", "replication", "broker_id", "isr", "partition_epoch",
-        "min_insync_replicas",
+        "min_insync_replicas", "restored_high_watermark",
     )
 
     #: bumped whenever any partition's leader epoch changes: answers that hold leader epochs
@@ -82,6 +82,9 @@ class Partition:
         self.isr: tuple[int, ...] = (self.broker_id,)
         self.partition_epoch = -1
         self.min_insync_replicas = 1  # min.insync.replicas of the topic
+        #: the high watermark checkpointed before the broker started (capped to the log),
+        #: taken when it first leads with followers; dropped once it leads without.
+        self.restored_high_watermark: int | None = None
 
     @property
     def log_end_offset(self) -> int:
@@ -302,6 +305,7 @@ class Partition:
         replication = self.replication
         followers_ids = [r for r in replicas if r != broker_id]
         if not followers_ids:  # no followers (left): the high watermark is this replica's end
+            self.restored_high_watermark = None
             self.isr = (broker_id,)
             self.partition_epoch = max(self.partition_epoch, committed.partition_epoch)
             if replication is None:
@@ -314,6 +318,7 @@ class Partition:
         if replication is None:
             replication = LeaderReplication({}, clock_ms, lag_time_max_ms, self.high_watermark)
             self.replication = replication
+            self._restore_high_watermark(replication)
         replication.clock_ms = clock_ms
         replication.lag_time_max_ms = lag_time_max_ms
         old = replication.followers
@@ -326,6 +331,19 @@ class Partition:
             for follower in replication.followers.values():
                 follower.reset(now, self.log_end_offset, follower.broker_id in self.isr)
         return self.maybe_increment_high_watermark()
+
+    def _restore_high_watermark(self, replication: LeaderReplication) -> None:
+        """Leading with followers for the first time since the broker started: the high
+        watermark goes back to the checkpointed one (Kafka starts a partition there), as what
+        lies above it may not be on the followers; this replica's own end stays. The data
+        above it counts as one byte when the high watermark passes it again, so a parked
+        consumer fetch sees it became readable."""
+        restored = self.restored_high_watermark
+        self.restored_high_watermark = None
+        if restored is None or restored >= self.high_watermark:
+            return
+        replication.record_end(self.high_watermark, self.hw_bytes)
+        self._set_high_watermark(restored, self.hw_bytes - 1)
 
     def follower(self, replica_id: int) -> ReplicaState | None:
         replication = self.replication

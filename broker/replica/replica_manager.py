@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
 import structlog
@@ -39,6 +40,7 @@ from broker.metrics.instruments import Histogram
 from broker.replica.delayed_fetch import DelayedFetch
 from broker.replica.delayed_produce import DelayedProduce
 from broker.replica.delayed_result import Completion, completed
+from broker.replica.hw_checkpoint import HighWatermarkCheckpoints, HighWatermarks
 from broker.replica.partition import Partition
 from broker.replica.replica_state import IsrFenced, IsrWriter, LeaderAndIsrState, ReplicaState
 from protocol.errors import ErrorCode, KafkaError
@@ -157,6 +159,8 @@ class ReplicaManager:
         #: NOT_LEADER_OR_FOLLOWER rather than UNKNOWN_TOPIC_OR_PARTITION).
         self.not_led: set[TopicPartition] = set()
         self._isr_check: _IsrExpiration | None = None
+        #: the log dirs' replication-offset-checkpoint files; None: not kept (tests).
+        self.hw_checkpoints: HighWatermarkCheckpoints | None = None
 
     # -- produce ----------------------------------------------------------------------------
     def append_records(
@@ -732,6 +736,12 @@ class ReplicaManager:
     # -- partitions -----------------------------------------------------------------------------
     def add_partition(self, partition: Partition) -> None:
         self.partitions[partition.key] = partition
+        checkpoints = self.hw_checkpoints
+        log = partition.log
+        if checkpoints is not None and not log.offline:  # Kafka: 0 without an entry
+            hw = checkpoints.fetch(Path(log.log_dir), partition.key) or 0
+            partition.restored_high_watermark = max(min(hw, log.log_end_offset),
+                                                    log.log_start_offset)
         partition.log.on_durable = functools.partial(self._on_durable, partition)
         partition.log.on_segments_deleted = functools.partial(self._delete_later,
                                                               partition.log)
@@ -789,6 +799,25 @@ class ReplicaManager:
         logger.warning("stopped serving replicas in an offline log dir", log_dir=log_dir,
                        partitions=[f"{t}-{i}" for t, i in offline])
 
+    # -- the high-watermark checkpoint -----------------------------------------------------------
+    def high_watermarks_to_checkpoint(self) -> HighWatermarks:
+        """Every online partition's high watermark by log dir (Kafka's
+        checkpointHighWatermarks), taken on the loop; written with ``write``."""
+        checkpoints = self.hw_checkpoints
+        if checkpoints is None:
+            return {}
+        return checkpoints.snapshot((Path(p.log.log_dir), p.key, p.high_watermark)
+                                    for p in self.partitions.values() if not p.offline)
+
+    async def checkpoint_high_watermarks(self) -> None:
+        """Write the replication-offset-checkpoint files, off the loop (fsyncs)."""
+        checkpoints = self.hw_checkpoints
+        if checkpoints is None:
+            return
+        taken = self.high_watermarks_to_checkpoint()
+        await asyncio.get_running_loop().run_in_executor(self._flush_executor,
+                                                         checkpoints.write, taken)
+
     def remove_partition(self, tp: TopicPartition, *, not_leader: bool = False
                          ) -> Partition | None:
         """Drop a partition; requests parked on it complete now with an error
@@ -796,6 +825,10 @@ class ReplicaManager:
         NOT_LEADER_OR_FOLLOWER from now on, as Kafka's
         completeDelayedOperationsWhenNotPartitionLeader)."""
         partition = self.partitions.pop(tp, None)
+        checkpoints = self.hw_checkpoints
+        if partition is not None and checkpoints is not None and not partition.offline:
+            checkpoints.unserved(Path(partition.log.log_dir), tp,
+                                 partition.high_watermark if not_leader else None)
         if not_leader:
             self.not_led.add(tp)
         else:
