@@ -457,6 +457,7 @@ class ClusterReplicas:
             else:
                 log.update_config(cfg)
             partition = Partition(p.topic, p.partition, log, cfg.flush_interval_messages == 1)
+            rm.restore_high_watermark(partition)
             rm.add_partition(partition)
         if p.leader_epoch < partition.leader_epoch:
             logger.warning("stale leader epoch ignored", topic=p.topic, partition=p.partition,

@@ -736,12 +736,6 @@ class ReplicaManager:
     # -- partitions -----------------------------------------------------------------------------
     def add_partition(self, partition: Partition) -> None:
         self.partitions[partition.key] = partition
-        checkpoints = self.hw_checkpoints
-        log = partition.log
-        if checkpoints is not None and not log.offline:  # Kafka: 0 without an entry
-            hw = checkpoints.fetch(Path(log.log_dir), partition.key) or 0
-            partition.restored_high_watermark = max(min(hw, log.log_end_offset),
-                                                    log.log_start_offset)
         partition.log.on_durable = functools.partial(self._on_durable, partition)
         partition.log.on_segments_deleted = functools.partial(self._delete_later,
                                                               partition.log)
@@ -800,6 +794,18 @@ class ReplicaManager:
                        partitions=[f"{t}-{i}" for t, i in offline])
 
     # -- the high-watermark checkpoint -----------------------------------------------------------
+    def restore_high_watermark(self, partition: Partition) -> None:
+        """A partition just made from its log in cluster mode: the high watermark it had
+        (checkpointed, or when it last stopped being served here; 0 without one, as Kafka),
+        capped to its log, taken when it first leads with followers."""
+        checkpoints = self.hw_checkpoints
+        log = partition.log
+        if checkpoints is None or log.offline:
+            return
+        hw = checkpoints.fetch(Path(log.log_dir), partition.key) or 0
+        partition.restored_high_watermark = max(min(hw, log.log_end_offset),
+                                                log.log_start_offset)
+
     def high_watermarks_to_checkpoint(self) -> HighWatermarks:
         """Every online partition's high watermark by log dir (Kafka's
         checkpointHighWatermarks), taken on the loop; written with ``write``."""

@@ -6,6 +6,7 @@ Followers are played by calls to the replica manager's fetch path with a replica
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +15,16 @@ import pytest
 from confluent_kafka import Producer
 from structlog.testing import capture_logs
 
+from broker.cluster.broker_node import ClusterReplicas
+from broker.cluster.memory import InMemoryStore
+from broker.cluster.partition_watcher import LocalReplicaTransitions, PartitionStateWatcher
+from broker.cluster.topic_state import (
+    PartitionState,
+    TopicAssignment,
+    new_topic_id,
+    state_key,
+    topic_key,
+)
 from broker.replica.hw_checkpoint import REPLICATION_OFFSET_CHECKPOINT_FILE
 from broker.replica.replica_manager import PartitionFetch, ReplicaManager
 from broker.testing import EmbeddedBroker
@@ -33,7 +44,11 @@ def _produce(rm: ReplicaManager, values: list[bytes]) -> None:
     assert answer.result()[TP].error == ErrorCode.NONE
 
 
-def _lead_with_a_follower(rm: ReplicaManager, epoch: int = 1) -> None:
+def _lead_with_a_follower(rm: ReplicaManager, epoch: int = 1, *, restarted: bool = False
+                          ) -> None:
+    """``restarted``: the partition was opened at start, as ClusterReplicas opens one."""
+    if restarted:
+        rm.restore_high_watermark(rm.partitions[TP])
     rm.broker_id = LEADER
     rm.make_leader(TP, epoch, replicas=[LEADER, FOLLOWER], isr=[LEADER, FOLLOWER],
                    partition_epoch=0)
@@ -80,7 +95,7 @@ async def test_a_leader_with_followers_starts_from_the_checkpoint(tmp_path: Path
         rm = c.replica_manager
         partition = rm.partitions[TP]
         assert partition.log_end_offset == 5
-        _lead_with_a_follower(rm, epoch=2)
+        _lead_with_a_follower(rm, epoch=2, restarted=True)
         assert partition.high_watermark == 2, "started at its log end, not the checkpoint"
         parked = rm.fetch_messages([PartitionFetch(TP, 2, 1 << 20)], 1 << 20, 1, 10_000)
         assert not parked.done(), "a consumer read above the restored high watermark"
@@ -100,6 +115,7 @@ async def test_a_partition_without_followers_takes_its_log_end(tmp_path: Path) -
     try:
         rm = c.replica_manager
         assert rm.partitions[TP].high_watermark == 5, "a single broker serves its log end"
+        rm.restore_high_watermark(rm.partitions[TP])
         rm.broker_id = LEADER
         rm.make_leader(TP, 2, replicas=[LEADER], isr=[LEADER], partition_epoch=0)
         assert rm.partitions[TP].high_watermark == 5
@@ -118,7 +134,7 @@ async def test_the_checkpoint_is_capped_to_the_log(tmp_path: Path) -> None:
     _file(log_dir).write_text("0\n1\nhw 0 99\n")
     c = build(log_dir, OVERRIDES, offsets_topic=False)
     try:
-        _lead_with_a_follower(c.replica_manager)
+        _lead_with_a_follower(c.replica_manager, restarted=True)
         assert c.replica_manager.partitions[TP].high_watermark == 3
     finally:
         await c.close()
@@ -131,13 +147,14 @@ async def test_a_corrupt_checkpoint_is_logged_once_and_read_as_empty(
     log_dir = tmp_path / "logs"
     await _led_at_hw_2_of_5(log_dir)
     _file(log_dir).write_text(text)
-    with capture_logs() as logs:
-        c = build(log_dir, OVERRIDES, offsets_topic=False)
+    c = build(log_dir, OVERRIDES, offsets_topic=False)
     try:
         rm = c.replica_manager
-        assert not rm.partitions[TP].offline, "a corrupt checkpoint took the log dir offline"
         assert rm.partitions[TP].high_watermark == 5, "the single broker's start changed"
-        _lead_with_a_follower(rm, epoch=2)
+        with capture_logs() as logs:
+            _lead_with_a_follower(rm, epoch=2, restarted=True)
+            rm.restore_high_watermark(rm.partitions[TP])  # read once: not logged again
+        assert not rm.partitions[TP].offline, "a corrupt checkpoint took the log dir offline"
         assert rm.partitions[TP].high_watermark == 0, "read as absent: Kafka's 0 (log start)"
         warnings = [e for e in logs if "checkpoint unreadable" in e["event"]]
         assert len(warnings) == 1, logs
@@ -187,3 +204,51 @@ def _within(seconds: float, check: Callable[[], bool]) -> bool:
             return False
         time.sleep(0.02)
     return True
+
+
+async def _cluster_lead(log_dir: Path, then: Callable[[ReplicaManager], None]) -> int:
+    """One run of a broker in cluster mode (the in-process store) leading ``TP`` with a
+    follower through ClusterReplicas; ``then`` acts on it; the high watermark it started
+    with."""
+    c = build(log_dir, OVERRIDES, offsets_topic=False)
+    store = InMemoryStore()
+    rm = c.replica_manager
+    rm.broker_id = LEADER
+    replicas = ClusterReplicas(store, rm, c.log_manager, c.topics.log_config)
+    replicas.start()
+    watcher = PartitionStateWatcher(store, listeners=[LocalReplicaTransitions(LEADER, replicas)])
+    try:
+        await store.put(topic_key(TOPIC), TopicAssignment(TOPIC, new_topic_id(),
+                                                          {0: [LEADER, FOLLOWER]}).encode())
+        await store.put(state_key(*TP), PartitionState(LEADER, 1, [LEADER, FOLLOWER], 1).encode())
+        await watcher.start()
+        await _led(replicas)
+        started = rm.partitions[TP].high_watermark
+        then(rm)
+        return started
+    finally:
+        await watcher.stop()
+        await replicas.stop()
+        await rm.checkpoint_high_watermarks()
+        await c.close()
+
+
+async def _led(replicas: ClusterReplicas) -> bool:
+    for _ in range(1000):  # bounded: 10 s of loop turns
+        if TP in replicas.led:
+            return True
+        await asyncio.sleep(0.01)
+    raise AssertionError("did not become leader")
+
+
+async def test_cluster_replicas_restore_the_checkpoint_on_restart(tmp_path: Path) -> None:
+    log_dir = tmp_path / "logs"
+
+    def write_five_replicate_two(rm: ReplicaManager) -> None:
+        _produce(rm, [b"a", b"b", b"c", b"d", b"e"])
+        _follower_fetch(rm, 2)
+
+    assert await _cluster_lead(log_dir, write_five_replicate_two) == 0
+    assert "hw 0 2" in _file(log_dir).read_text().splitlines()
+    assert await _cluster_lead(log_dir, lambda rm: None) == 2, (
+        "the restarted leader did not start from its checkpointed high watermark")
