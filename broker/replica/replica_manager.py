@@ -155,6 +155,10 @@ class ReplicaManager:
         self.broker_epoch_of: Callable[[int], int | None] | None = None
         self.replica_lag_time_max_ms = 30_000
         self.isr_changes_failed = 0
+        #: ISR changes committed that removed or added replicas (Kafka's IsrShrinksPerSec,
+        #: IsrExpandsPerSec, counted here since start).
+        self.isr_shrinks = 0
+        self.isr_expands = 0
         #: partitions of the cluster hosted here but led elsewhere (Kafka's
         #: NOT_LEADER_OR_FOLLOWER rather than UNKNOWN_TOPIC_OR_PARTITION).
         self.not_led: set[TopicPartition] = set()
@@ -593,7 +597,13 @@ class ReplicaManager:
             return
         logger.info("ISR committed", topic=partition.topic, partition=partition.index,
                     isr=list(committed.isr), partition_epoch=committed.partition_epoch)
+        before = len(partition.isr)
         partition.isr_committed(committed)
+        after = len(partition.isr)
+        if after < before:
+            self.isr_shrinks += 1
+        elif after > before:
+            self.isr_expands += 1
         self.on_high_watermark(partition)
 
     # -- record deletion ----------------------------------------------------------------------

@@ -5,12 +5,14 @@ is refused as Kafka refuses an unknown replica, without moving the high watermar
 
 from __future__ import annotations
 
+import urllib.request
 import uuid
 from pathlib import Path
 
 from confluent_kafka import Producer
 from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
 from kafka.protocol.producer import ProduceResponse
+from prometheus_client.parser import text_string_to_metric_families
 
 from broker.testing import EmbeddedBroker
 from protocol.errors import ErrorCode
@@ -143,3 +145,21 @@ def _diverging(part: FetchResponse.FetchableTopicResponse.PartitionData) -> tupl
     """The partition's DivergingEpoch (a tagged field: None when not sent)."""
     found = part.diverging_epoch
     return None if found is None else (found.epoch, found.end_offset)
+
+
+def test_replication_metrics_of_a_single_broker(tmp_path: Path) -> None:
+    """/metrics of a running broker: every partition led here, in sync, at min ISR 1."""
+    with EmbeddedBroker(tmp_path, metrics_listener="http://127.0.0.1:0/metrics") as broker:
+        topic = unique_topic("metered")
+        create_topic(broker.bootstrap_servers, topic, 3)
+        assert broker.metrics_url is not None
+        with urllib.request.urlopen(broker.metrics_url, timeout=10) as resp:
+            text = resp.read().decode()
+        samples = {s.name: s.value for f in text_string_to_metric_families(text)
+                   for s in f.samples if not s.labels}
+        assert samples["minibroker_leader_partitions"] == 3
+        assert samples["minibroker_under_replicated_partitions"] == 0
+        assert samples["minibroker_under_min_isr_partitions"] == 0
+        assert samples["minibroker_at_min_isr_partitions"] == 3
+        assert samples["minibroker_isr_shrinks_total"] == 0
+        assert samples["minibroker_isr_expands_total"] == 0
