@@ -8,36 +8,29 @@ that ends earlier on the leader."""
 
 from __future__ import annotations
 
-import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
-from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceResponse
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.cluster.etcd_process import EtcdProcess
 from protocol.errors import ErrorCode
+from tests.cluster.test_cluster_brokers import cluster_overrides, eventually, metadata
 from tests.support.broker import BrokerProcess
 from tests.support.requests import produce_request, record_batch
 from tests.support.wire import Wire
 
-SESSION_MS = 4000
 LAG_MS = 2000
 TOPIC = "led-by-1"
-
-
-def _overrides(etcd: EtcdProcess, prefix: str, node_id: int) -> dict[str, str]:
-    return {"node.id": str(node_id), "minibroker.etcd.endpoints": etcd.endpoint,
-            "minibroker.etcd.prefix": prefix, "broker.session.timeout.ms": str(SESSION_MS),
-            "broker.heartbeat.interval.ms": "500", "default.replication.factor": "2",
-            "min.insync.replicas": "2", "replica.lag.time.max.ms": str(LAG_MS)}
+REPLICATION = {"default.replication.factor": "2", "min.insync.replicas": "2",
+               "replica.lag.time.max.ms": str(LAG_MS)}
 
 
 @pytest.fixture
@@ -46,24 +39,13 @@ def two(tmp_path: Path, etcd_server: EtcdProcess) -> Iterator[list[BrokerProcess
     brokers: list[BrokerProcess] = []
     try:
         for node_id in (1, 2):
-            brokers.append(BrokerProcess(tmp_path / f"b{node_id}",
-                                         _overrides(etcd_server, prefix, node_id)).start())
+            overrides = {**cluster_overrides(etcd_server, prefix, node_id), **REPLICATION}
+            brokers.append(BrokerProcess(tmp_path / f"b{node_id}", overrides).start())
         yield brokers
     finally:
         for b in brokers:
             if b.proc is not None and b.proc.poll() is None:
                 b.stop()
-
-
-def _eventually(check: Callable[[], Any], within_s: float, what: str) -> Any:
-    deadline = time.monotonic() + within_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {within_s} s")
-        time.sleep(0.1)
 
 
 def _create(wire: Wire, name: str, replication_factor: int,
@@ -78,16 +60,9 @@ def _create(wire: Wire, name: str, replication_factor: int,
     return result
 
 
-def _partition(broker: BrokerProcess, name: str) -> Any | None:
-    wire = Wire(broker.port)
-    try:
-        meta = wire.request(MetadataRequest[9](topics=None, allow_auto_topic_creation=False,
-                                               include_cluster_authorized_operations=False,
-                                               include_topic_authorized_operations=False),
-                            MetadataResponse)
-    finally:
-        wire.close()
-    for t in meta.topics:
+def _partition(broker: BrokerProcess, name: str) -> Any:
+    """Partition 0 of ``name`` in the broker's Metadata, None while it has none."""
+    for t in metadata(broker).topics:
         if t.name == name and t.partitions:
             return t.partitions[0]
     return None
@@ -119,18 +94,16 @@ def test_leader_side_with_its_follower_gone(two: list[BrokerProcess]) -> None:
     wire = Wire(b1.port)
     by_default = _create(wire, "defaulted", -1)
     assert by_default.error_code == 0, by_default
-    assert _eventually(lambda: _partition(b1, "defaulted"), 30, "defaulted created")
+    assert eventually(lambda: _partition(b1, "defaulted"), 30)
     assert len(_partition(b1, "defaulted").replica_nodes) == 2, "default.replication.factor"
     too_many = _create(wire, "three", 3)
     assert (too_many.error_code, too_many.error_message) == (
         ErrorCode.INVALID_REPLICATION_FACTOR,
         "Replication factor: 3 larger than available brokers: 2.")
     assert _create(wire, TOPIC, -1, assignment=[1, 2]).error_code == 0
-    _eventually(lambda: (p := _partition(b1, TOPIC)) is not None and p.leader_id == 1, 30,
-                "broker 1 leads")
+    eventually(lambda: (p := _partition(b1, TOPIC)) is not None and p.leader_id == 1, 30)
     b2.kill()
-    _eventually(lambda: list(_partition(b1, TOPIC).isr_nodes) == [1], 30,
-                "broker 2 left the ISR")
+    eventually(lambda: list(_partition(b1, TOPIC).isr_nodes) == [1], 30)  # 2 left the ISR
     led = Wire(b1.port)
     error, _ = _produce(led, [b"refused"], acks=-1)
     assert error == ErrorCode.NOT_ENOUGH_REPLICAS, "acks=all taken under min.insync.replicas"
@@ -143,7 +116,7 @@ def test_leader_side_with_its_follower_gone(two: list[BrokerProcess]) -> None:
                 and samples[("minibroker_follower_lag_records", (
                     ("partition", "0"), ("replica", "2"), ("topic", TOPIC)))] == 5)
 
-    _eventually(under_min_isr, 10, "under min ISR with replica 2 five records behind")
+    eventually(under_min_isr, 10)
     diverged = _only(led.request(_replica_fetch(8, epoch, epoch), FetchResponse))
     assert diverged.error_code == 0 and not diverged.records
     assert diverged.diverging_epoch is not None
