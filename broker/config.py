@@ -136,6 +136,17 @@ KEYS: dict[str, Key] = {
         Key("unclean.leader.election.enable", _bool, "false",
             "Cluster mode: the controller may elect a replica outside the ISR when none in it "
             "is live (data loss); a topic's config of that name overrides it."),
+        Key("min.insync.replicas", int, "1",
+            "The fewest in-sync replicas (the leader counted) with which a partition led "
+            "here takes an acks=all produce, and moves its high watermark; at most the "
+            "replication factor counts. A topic's config of that name overrides it.", min=1),
+        Key("replica.lag.time.max.ms", int, "30000",
+            "A follower that has not caught up with its leader for this long leaves the ISR "
+            "(checked every half of it).", min=1),
+        Key("replica.high.watermark.checkpoint.interval.ms", int, "5000",
+            "How often each log dir's replication-offset-checkpoint is written with the high "
+            "watermarks of its partitions (and at shutdown); a partition led with followers "
+            "starts from it.", min=1),
         Key("controller.listener.names", _list, "",
             "Listeners of a KRaft controller: there is none here, so the listeners named are "
             "not bound (a combined-mode server.properties starts as it is)."),
@@ -143,7 +154,11 @@ KEYS: dict[str, Key] = {
             "Directories holding the partition logs (log.dir: Kafka's single-directory form, "
             "used when log.dirs is not given)."),
         Key("num.partitions", int, "1", "Partitions of an auto-created topic.", min=1),
-        Key("default.replication.factor", int, "1", "Only 1 is served (one broker).", 1, 1),
+        Key("default.replication.factor", int, "1",
+            "Replication factor of a topic created without one (CreateTopics -1, "
+            "auto-created), at most the live brokers. A single broker serves only 1: "
+            "CreateTopics -1 with this above 1 is refused INVALID_REPLICATION_FACTOR, as by a "
+            "cluster of one broker, and its auto-created topics have 1.", min=1),
         # The replica fetcher: a follower's Fetch requests to its leader (Kafka's
         # ReplicationConfigs).
         Key("num.replica.fetchers", int, "1",
@@ -158,9 +173,6 @@ KEYS: dict[str, Key] = {
             "MaxBytes of a follower's Fetch, over all its partitions.", min=0),
         Key("replica.fetch.backoff.ms", int, "1000",
             "How long a fetcher waits after an error before asking again.", min=0),
-        Key("replica.lag.time.max.ms", int, "30000",
-            "A follower not caught up with the leader's end for this long leaves the ISR.",
-            min=1),
         Key("auto.create.topics.enable", _bool, "true", "Create a topic on first metadata."),
         Key("log.segment.bytes", int, "1073741824", "Roll a segment at this size.", min=1024),
         Key("log.roll.ms", int, "604800000",

@@ -185,7 +185,9 @@ class Broker:
                           {s.name: s.security_protocol for s in specs}, cluster.settings.rack)
         leadership = CoordinatorLeadership(owners.groups, owners.transactions, cluster.cache)
         replicas = ClusterReplicas(cluster.store, owners.replica_manager, owners.log_manager,
-                                   owners.topics.log_config, leadership=[leadership],
+                                   owners.topics.log_config,
+                                   min_insync_replicas=self.config["min.insync.replicas"],
+                                   leadership=[leadership],
                                    fetchers=owners.replica_fetchers)
         await cluster.join(info, replicas)
         taken = cluster.taken
@@ -269,6 +271,8 @@ class Broker:
         channel.start()
         self._every("log.retention.check.interval.ms", rm.apply_retention)
         self._every("log.flush.offset.checkpoint.interval.ms", self._checkpoint)
+        self._every("replica.high.watermark.checkpoint.interval.ms",
+                    rm.checkpoint_high_watermarks)
         self._every("offsets.retention.check.interval.ms", owners.groups.expire_offsets)
         if cfg["log.flush.interval.ms"] < 2**63 - 1:
             self._tasks.append(asyncio.create_task(rm.run_time_flusher()))
@@ -396,6 +400,7 @@ class Broker:
             await self.metrics_server.stop()
         if rm is not None:
             await rm.flush_all()
+            await rm.checkpoint_high_watermarks()  # Kafka's shutdown(checkpointHW = true)
             for timer in self._timers:
                 timer.close()
             rm.shutdown()

@@ -41,6 +41,7 @@ from broker.metadata.producer_ids import LocalProducerIdManager, ProducerIdManag
 from broker.metadata.shared_state import LocalSharedState, SharedState
 from broker.metadata.topic_admin import TopicAdmin, log_config
 from broker.replica.fetch_session import FetchSessionCache
+from broker.replica.hw_checkpoint import HighWatermarkCheckpoints
 from broker.replica.replica_manager import ReplicaManager
 from broker.security.authorizer import Authorizer
 from broker.security.scram import ScramCredentialStore
@@ -124,6 +125,9 @@ class Owners:
         rm = self.replica_manager = ReplicaManager(cfg["log.flush.interval.ms"],
                                                    self.request_timer, self.clock)
         rm.replica_lag_time_max_ms = cfg["replica.lag.time.max.ms"]
+        log_manager = self.log_manager
+        rm.hw_checkpoints = HighWatermarkCheckpoints(lambda: log_manager.live_log_dirs,
+                                                     log_manager.failure_channel)
         topics = self.topics = TopicAdmin(cfg, self.metadata, self.log_manager, rm, dynamic,
                                           self.shared)
         self.log_manager.load()

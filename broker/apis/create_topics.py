@@ -105,9 +105,15 @@ def _records(ctx: ApiContext, topics: Any) -> int:
 def _partition_count(ctx: ApiContext, t: Any) -> int:
     if t.assignments:
         return _manual_assignment(t, ctx.node.node_id)
-    if t.replication_factor not in (-1, 1):
+    rf = (ctx.config["default.replication.factor"] if t.replication_factor == -1
+          else t.replication_factor)
+    if rf <= 0:
         raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                         "replication factor must be 1: this cluster has one broker")
+                         "Replication factor must be larger than 0, or -1 to use the default "
+                         "value.")
+    if rf > 1:  # Kafka's placement words, this broker the only one available
+        raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                         f"Replication factor: {rf} larger than available brokers: 1.")
     return ctx.config["num.partitions"] if t.num_partitions == -1 else t.num_partitions
 
 

@@ -49,6 +49,7 @@ API_KEY = 1  # Fetch
 VERSIONS = range(4, 17)
 
 LeaderIdAndEpoch = FetchResponse.FetchableTopicResponse.PartitionData.LeaderIdAndEpoch
+EpochEndOffset = FetchResponse.FetchableTopicResponse.PartitionData.EpochEndOffset
 
 ZSTD_FETCH_VERSION = 10  # the first Fetch version whose clients can read zstd
 
@@ -79,7 +80,7 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
     skip = refused
     fetches = [PartitionFetch((w.topic, w.index) if w.topic is not None else None,
                               w.fetch_offset, w.max_bytes, w.current_leader_epoch,
-                              w.fetcher_log_start_offset)
+                              w.fetcher_log_start_offset, w.last_fetched_epoch)
                for i, w in enumerate(wanted) if i not in skip]
     # Sized to what the connection may still hold: a client that does not read its responses
     # gets empty ones (as a quota-throttled fetch does) instead of the broker's memory.
@@ -162,6 +163,7 @@ def _session_context(
             old.fetch_offset, old.max_bytes = cached.fetch_offset, cached.max_bytes
             old.current_leader_epoch = cached.current_leader_epoch
             old.fetcher_log_start_offset = cached.fetcher_log_start_offset
+            old.last_fetched_epoch = cached.last_fetched_epoch
     for forgotten in req.forgotten_topics_data:
         topic = forgotten.topic_id if version >= 13 else forgotten.topic
         for index in forgotten.partitions:
@@ -186,6 +188,7 @@ def _requested(ctx: ApiContext, req: Any, version: int) -> dict[Any, CachedParti
                 name, getattr(topic, "topic_id", None), p.partition, p.fetch_offset,
                 p.partition_max_bytes, current_leader_epoch=p.current_leader_epoch,
                 fetcher_log_start_offset=getattr(p, "log_start_offset", -1),
+                last_fetched_epoch=p.last_fetched_epoch if version >= 12 else -1,
             )
     return out
 
@@ -240,6 +243,7 @@ def _with_refused(results: list[FetchResult], refused: dict[int, ErrorCode]
 def _response(wanted: list[CachedPartition], results: list[FetchResult], version: int,
               session_id: int, incremental: bool) -> PackedFetchResponse:
     topics: dict[Any, list[FetchPartition]] = {}
+    diverging: dict[tuple[Any, int], tuple[int, int]] = {}
     by_id = version >= 13
     for w, r in zip(wanted, results, strict=True):
         error = r.error
@@ -249,7 +253,7 @@ def _response(wanted: list[CachedPartition], results: list[FetchResult], version
             error = ErrorCode.NOT_LEADER_OR_FOLLOWER  # what clients of those versions know
         hw, log_start = r.high_watermark, r.log_start_offset
         changed = (r.records or error != ErrorCode.NONE or hw != w.high_watermark
-                   or log_start != w.log_start_offset)
+                   or log_start != w.log_start_offset or r.diverging_epoch is not None)
         w.high_watermark, w.log_start_offset = hw, log_start
         if incremental and not changed:
             continue
@@ -257,9 +261,26 @@ def _response(wanted: list[CachedPartition], results: list[FetchResult], version
         aborted = None if r.aborted is None else [
             (a.producer_id, a.first_offset) for a in r.aborted]
         partition = (w.index, error, hw, r.last_stable_offset, log_start, aborted, r.records)
+        if r.diverging_epoch is not None:
+            diverging[(key, w.index)] = r.diverging_epoch
         same_topic = topics.get(key)
         if same_topic is None:
             topics[key] = [partition]
         else:
             same_topic.append(partition)
-    return PackedFetchResponse(0, session_id, list(topics.items()), by_id=by_id)
+    response = PackedFetchResponse(0, session_id, list(topics.items()), by_id=by_id)
+    if diverging:
+        _set_diverging(response, diverging)
+    return response
+
+
+def _set_diverging(response: PackedFetchResponse,
+                   diverging: dict[tuple[Any, int], tuple[int, int]]) -> None:
+    """Each diverged partition's DivergingEpoch (v12+, a tagged field the packed layout has
+    not): the answer becomes kafka-python's message, which writes it."""
+    for topic in response.message.responses:
+        key = topic.topic_id if response.by_id else topic.topic
+        for p in topic.partitions:
+            found = diverging.get((key, p.partition_index))
+            if found is not None:
+                p.diverging_epoch = EpochEndOffset(epoch=found[0], end_offset=found[1])

@@ -533,6 +533,7 @@ class ClusterReplicas:
             log.update_config(cfg)
         partition = Partition(p.topic, p.partition, log, cfg.flush_interval_messages == 1)
         partition.min_insync_replicas = _min_insync_replicas(configs, self.min_insync_replicas)
+        self.replica_manager.restore_high_watermark(partition)
         return partition
 
     async def _delete(self, topic: str, topic_id: str, partition: int) -> None:

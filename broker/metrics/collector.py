@@ -159,6 +159,7 @@ class BrokerCollector(Collector):
         if m.replica_manager is not None:
             yield from self._purgatories(m.replica_manager, m.coordinator)
             yield from self._logs(m.replica_manager)
+            yield from self._replication(m.replica_manager)
             if m.coordinator is not None:
                 yield from self._groups(m.coordinator, m.replica_manager)
             yield from self._transactions(m.transactions, m.replica_manager)
@@ -396,6 +397,62 @@ class BrokerCollector(Collector):
         h = rm.flush_time
         flush.add_metric([], h.cumulative(), h.sum)
         yield flush
+
+    # -- replication (the leader's side) -------------------------------------------------------
+    def _replication(self, rm: ReplicaManager) -> Iterator[Metric]:
+        """Kafka's ReplicaManager gauges and ISR meters over the partitions led here (online
+        ones: an offline partition is counted by partitions_offline), and each follower's
+        lag behind its leader."""
+        labels = ["topic", "partition", "replica"]
+        lag_records = GaugeMetricFamily(
+            f"{PREFIX}_follower_lag_records", "Leader's log end offset minus the follower's "
+            "(as its last fetch told), per follower of a partition led here.", labels=labels)
+        lag_seconds = GaugeMetricFamily(
+            f"{PREFIX}_follower_lag_seconds", "Time since the follower last had everything "
+            "the leader had (0 while at its log end); past replica.lag.time.max.ms it leaves "
+            "the ISR.", labels=labels)
+        led = under_replicated = under_min_isr = at_min_isr = 0
+        for (topic, index), p in sorted(rm.partitions.items()):
+            if p.offline:
+                continue
+            led += 1
+            isr = len(p.isr)
+            replication = p.replication
+            under_replicated += isr < (1 if replication is None
+                                       else 1 + len(replication.followers))
+            min_isr = p.effective_min_isr
+            under_min_isr += isr < min_isr
+            at_min_isr += isr == min_isr
+            if replication is None:
+                continue
+            end = p.log_end_offset
+            now = replication.clock_ms()
+            for f in replication.followers.values():
+                lab = [topic, str(index), str(f.broker_id)]
+                lag_records.add_metric(lab, max(end - max(f.log_end_offset, 0), 0))
+                behind_ms = 0 if f.log_end_offset >= end else now - f.last_caught_up_time_ms
+                lag_seconds.add_metric(lab, max(behind_ms, 0) / 1000)
+        yield GaugeMetricFamily(f"{PREFIX}_leader_partitions",
+                                "Partitions led here (Kafka's LeaderCount).", value=led)
+        yield GaugeMetricFamily(
+            f"{PREFIX}_under_replicated_partitions", "Partitions led here whose ISR is smaller "
+            "than their replicas (Kafka's UnderReplicatedPartitions).", value=under_replicated)
+        yield GaugeMetricFamily(
+            f"{PREFIX}_under_min_isr_partitions", "Partitions led here whose ISR is below "
+            "min.insync.replicas: acks=all is refused (Kafka's UnderMinIsrPartitionCount).",
+            value=under_min_isr)
+        yield GaugeMetricFamily(
+            f"{PREFIX}_at_min_isr_partitions", "Partitions led here whose ISR is exactly "
+            "min.insync.replicas: one more loss refuses acks=all (Kafka's "
+            "AtMinIsrPartitionCount).", value=at_min_isr)
+        yield CounterMetricFamily(
+            f"{PREFIX}_isr_shrinks", "ISR changes committed that removed replicas (Kafka's "
+            "IsrShrinksPerSec).", value=rm.isr_shrinks)
+        yield CounterMetricFamily(
+            f"{PREFIX}_isr_expands", "ISR changes committed that added replicas (Kafka's "
+            "IsrExpandsPerSec).", value=rm.isr_expands)
+        yield lag_records
+        yield lag_seconds
 
     # -- groups --------------------------------------------------------------------------------
     def _groups(self, coordinator: GroupCoordinator, rm: ReplicaManager) -> Iterator[Metric]:

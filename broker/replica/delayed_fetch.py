@@ -72,6 +72,8 @@ class DelayedFetch(DelayedResult[list["FetchResult"]]):
                 return self.force_complete()  # an error to report: answer now
             if f.current_leader_epoch >= 0 and p.check_leader_epoch(f.current_leader_epoch):
                 return self.force_complete()  # a new epoch fences the client: answer now
+            if f.last_fetched_epoch >= 0 and _diverged(p, f):
+                return self.force_complete()  # the fetcher must truncate: answer now
             if committed:
                 try:
                     total += self._stable_bytes(p, offset)
@@ -99,3 +101,13 @@ class DelayedFetch(DelayedResult[list["FetchResult"]]):
                                                   read_committed=self.read_committed,
                                                   replica_id=self.replica_id,
                                                   replica_epoch=self.replica_epoch)
+
+
+def _diverged(p: Partition, f: PartitionFetch) -> bool:
+    """Whether the read would answer a DivergingEpoch or an error instead of records (Kafka's
+    DelayedFetch, case H)."""
+    try:
+        return p.diverging_epoch(f.current_leader_epoch, f.last_fetched_epoch,
+                                 f.fetch_offset) is not None
+    except KafkaError:
+        return True

@@ -35,6 +35,9 @@ class CachedPartition:
     current_leader_epoch: int = -1
     #: a follower's log start offset (Fetch v5+), -1 from a consumer (fetcherLogStartOffset).
     fetcher_log_start_offset: int = -1
+    #: the epoch of the last batch the fetcher has (Fetch v12+), -1: none; kept by the session
+    #: like the current leader epoch.
+    last_fetched_epoch: int = -1
 
 
 @dataclass(slots=True)

@@ -41,7 +41,7 @@ class Partition:
         "topic", "index", "key", "log", "high_watermark", "leader_epoch", "hw_gated_by_flush",
         "appended_bytes", "hw_bytes", "flush_pending", "flush_again", "_unwritten",
         "leader_epoch_start_offset", "replication", "broker_id", "isr", "partition_epoch",
-        "min_insync_replicas", "leader_id",
+        "min_insync_replicas", "leader_id", "restored_high_watermark",
     )
 
     #: bumped whenever any partition's leader epoch changes: answers that hold leader epochs
@@ -84,6 +84,9 @@ class Partition:
         self.min_insync_replicas = 1  # min.insync.replicas of the topic
         #: the broker leading it, while this replica follows (-1 when it leads)
         self.leader_id = -1
+        #: the high watermark checkpointed before the broker started (capped to the log),
+        #: taken when it first leads with followers; dropped once it leads without.
+        self.restored_high_watermark: int | None = None
 
     @property
     def log_end_offset(self) -> int:
@@ -151,6 +154,32 @@ class Partition:
         if found is None:
             return ErrorCode.NONE, -1, -1
         return ErrorCode.NONE, found[0], found[1]
+
+    def diverging_epoch(self, current_leader_epoch: int, last_fetched_epoch: int,
+                        fetch_offset: int) -> tuple[int, int] | None:
+        """Kafka's divergence check of a fetch with a LastFetchedEpoch (Fetch v12+, Partition's
+        readRecords): ``(epoch, end offset)`` of this log for ``last_fetched_epoch`` when the
+        fetcher's log diverged from it (the epoch ends here before ``fetch_offset``, or only an
+        older epoch is known), None when it did not. OffsetOutOfRangeError when the epoch has
+        no end offset here (newer than every known epoch), or ``fetch_offset`` is below the
+        log start offset, diverged or not."""
+        error, epoch, end_offset = self.last_offset_for_leader_epoch(current_leader_epoch,
+                                                                     last_fetched_epoch)
+        if error != ErrorCode.NONE:
+            raise KafkaError(error, f"leader epoch {current_leader_epoch} of "
+                                    f"{self.topic}-{self.index} is not {self.leader_epoch}")
+        if epoch < 0 or end_offset < 0:
+            raise OffsetOutOfRangeError(
+                f"could not determine the end offset of the last fetched epoch "
+                f"{last_fetched_epoch} of {self.topic}-{self.index}")
+        start = self.log_start_offset
+        if fetch_offset < start:
+            raise OffsetOutOfRangeError(
+                f"fetch offset {fetch_offset} of {self.topic}-{self.index} is below the log "
+                f"start offset {start} (log end {self.log_end_offset})")
+        if epoch < last_fetched_epoch or end_offset < fetch_offset:
+            return epoch, end_offset
+        return None
 
     def delete_records(self, offset: int) -> int:
         """Kafka's deleteRecordsOnLeader: move the log start offset up to ``offset``
@@ -265,6 +294,9 @@ class Partition:
         self._unwritten = None
         self.isr = tuple(isr)
         self.partition_epoch = max(self.partition_epoch, partition_epoch)
+        restored, self.restored_high_watermark = self.restored_high_watermark, None
+        if restored is not None and restored < self.high_watermark:
+            self._set_high_watermark(restored, self.hw_bytes)  # as Kafka's follower starts
         if self.high_watermark > self.log_end_offset:
             self._set_high_watermark(self.log_end_offset, self.appended_bytes)
         return changed
@@ -343,6 +375,7 @@ class Partition:
         replication = self.replication
         followers_ids = [r for r in replicas if r != broker_id]
         if not followers_ids:  # no followers (left): the high watermark is this replica's end
+            self.restored_high_watermark = None
             self.isr = (broker_id,)
             self.partition_epoch = max(self.partition_epoch, committed.partition_epoch)
             if replication is None:
@@ -355,6 +388,7 @@ class Partition:
         if replication is None:
             replication = LeaderReplication({}, clock_ms, lag_time_max_ms, self.high_watermark)
             self.replication = replication
+            self._restore_high_watermark(replication)
         replication.clock_ms = clock_ms
         replication.lag_time_max_ms = lag_time_max_ms
         old = replication.followers
@@ -367,6 +401,19 @@ class Partition:
             for follower in replication.followers.values():
                 follower.reset(now, self.log_end_offset, follower.broker_id in self.isr)
         return self.maybe_increment_high_watermark()
+
+    def _restore_high_watermark(self, replication: LeaderReplication) -> None:
+        """Leading with followers for the first time since the broker started: the high
+        watermark goes back to the checkpointed one (Kafka starts a partition there), as what
+        lies above it may not be on the followers; this replica's own end stays. The data
+        above it counts as one byte when the high watermark passes it again, so a parked
+        consumer fetch sees it became readable."""
+        restored = self.restored_high_watermark
+        self.restored_high_watermark = None
+        if restored is None or restored >= self.high_watermark:
+            return
+        replication.record_end(self.high_watermark, self.hw_bytes)
+        self._set_high_watermark(restored, self.hw_bytes - 1)
 
     def follower(self, replica_id: int) -> ReplicaState | None:
         replication = self.replication

@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
 import structlog
@@ -39,6 +41,7 @@ from broker.metrics.instruments import Histogram
 from broker.replica.delayed_fetch import DelayedFetch
 from broker.replica.delayed_produce import DelayedProduce
 from broker.replica.delayed_result import Completion, completed
+from broker.replica.hw_checkpoint import HighWatermarkCheckpoints, HighWatermarks
 from broker.replica.partition import Partition
 from broker.replica.replica_state import IsrFenced, IsrWriter, LeaderAndIsrState, ReplicaState
 from protocol.errors import ErrorCode, KafkaError
@@ -108,6 +111,8 @@ class PartitionFetch:
     current_leader_epoch: int = -1
     #: a follower's log start offset (Fetch v5+), -1 from a consumer.
     log_start_offset: int = -1
+    #: the epoch of the fetcher's last batch (Fetch v12+), -1: none, nothing checked.
+    last_fetched_epoch: int = -1
 
 
 @dataclass(slots=True)
@@ -119,6 +124,9 @@ class FetchResult:
     last_stable_offset: int = -1
     #: read_committed only: the aborted transactions overlapping what was read.
     aborted: list[AbortedTxn] | None = None
+    #: (epoch, end offset) when the fetcher's log diverged from this one (Fetch v12+): no
+    #: records, the fetcher truncates to it (Kafka's DivergingEpoch).
+    diverging_epoch: tuple[int, int] | None = None
 
 
 class ReplicaManager:
@@ -148,6 +156,10 @@ class ReplicaManager:
         self.broker_epoch_of: Callable[[int], int | None] | None = None
         self.replica_lag_time_max_ms = 30_000
         self.isr_changes_failed = 0
+        #: ISR changes committed that removed or added replicas (Kafka's IsrShrinksPerSec,
+        #: IsrExpandsPerSec, counted here since start).
+        self.isr_shrinks = 0
+        self.isr_expands = 0
         #: partitions of the cluster hosted here but led elsewhere (Kafka's
         #: NOT_LEADER_OR_FOLLOWER rather than UNKNOWN_TOPIC_OR_PARTITION).
         self.not_led: set[TopicPartition] = set()
@@ -155,6 +167,8 @@ class ReplicaManager:
         #: clients (they are in ``not_led``), appended to by the replica fetcher.
         self.follower_partitions: dict[TopicPartition, Partition] = {}
         self._isr_check: _IsrExpiration | None = None
+        #: the log dirs' replication-offset-checkpoint files; None: not kept (tests).
+        self.hw_checkpoints: HighWatermarkCheckpoints | None = None
 
     # -- produce ----------------------------------------------------------------------------
     def append_records(
@@ -372,7 +386,8 @@ class ReplicaManager:
                                      replica_id=replica_id, replica_epoch=replica_epoch,
                                      update_fetch_state=True)
         total = sum(len(r.records) for r in results)
-        has_error = any(r.error != ErrorCode.NONE for r in results)
+        has_error = any(r.error != ErrorCode.NONE or r.diverging_epoch is not None
+                        for r in results)  # a diverged fetcher is told at once, as Kafka
         if max_wait_ms <= 0 or total >= min_bytes or has_error or not fetches:
             return completed(results)
         partitions = self.partitions
@@ -424,6 +439,18 @@ class ReplicaManager:
                     continue
             hw = p.high_watermark
             lso = p.last_stable_offset
+            if f.last_fetched_epoch >= 0:  # Kafka's readRecords, before any read
+                try:
+                    diverged = p.diverging_epoch(f.current_leader_epoch, f.last_fetched_epoch,
+                                                 f.fetch_offset)
+                except KafkaError as exc:
+                    results.append(FetchResult(ErrorCode(exc.error_code), b"", hw,
+                                               p.log_start_offset, lso))
+                    continue
+                if diverged is not None:  # no records, and the follower's state stays
+                    results.append(FetchResult(ErrorCode.NONE, b"", hw, p.log_start_offset,
+                                               lso, diverging_epoch=diverged))
+                    continue
             if f.max_bytes < 0:  # Kafka's LocalLog.read refuses it; the partition answers so
                 results.append(FetchResult(ErrorCode.UNKNOWN_SERVER_ERROR, b"", hw,
                                            p.log_start_offset, lso))
@@ -627,7 +654,13 @@ class ReplicaManager:
             return
         logger.info("ISR committed", topic=partition.topic, partition=partition.index,
                     isr=list(committed.isr), partition_epoch=committed.partition_epoch)
+        before = len(partition.isr)
         partition.isr_committed(committed)
+        after = len(partition.isr)
+        if after < before:
+            self.isr_shrinks += 1
+        elif after > before:
+            self.isr_expands += 1
         self.on_high_watermark(partition)
 
     # -- record deletion ----------------------------------------------------------------------
@@ -828,6 +861,38 @@ class ReplicaManager:
         logger.warning("stopped serving replicas in an offline log dir", log_dir=log_dir,
                        partitions=[f"{t}-{i}" for t, i in offline])
 
+    # -- the high-watermark checkpoint -----------------------------------------------------------
+    def restore_high_watermark(self, partition: Partition) -> None:
+        """A partition just made from its log in cluster mode: the high watermark it had
+        (checkpointed, or when it last stopped being served here; 0 without one, as Kafka),
+        capped to its log, taken when it first leads with followers."""
+        checkpoints = self.hw_checkpoints
+        log = partition.log
+        if checkpoints is None or log.offline:
+            return
+        hw = checkpoints.fetch(Path(log.log_dir), partition.key) or 0
+        partition.restored_high_watermark = max(min(hw, log.log_end_offset),
+                                                log.log_start_offset)
+
+    def high_watermarks_to_checkpoint(self) -> HighWatermarks:
+        """Every online partition's high watermark by log dir (Kafka's
+        checkpointHighWatermarks), taken on the loop; written with ``write``."""
+        checkpoints = self.hw_checkpoints
+        if checkpoints is None:
+            return {}
+        served = itertools.chain(self.partitions.values(), self.follower_partitions.values())
+        return checkpoints.snapshot((Path(p.log.log_dir), p.key, p.high_watermark)
+                                    for p in served if not p.offline)
+
+    async def checkpoint_high_watermarks(self) -> None:
+        """Write the replication-offset-checkpoint files, off the loop (fsyncs)."""
+        checkpoints = self.hw_checkpoints
+        if checkpoints is None:
+            return
+        taken = self.high_watermarks_to_checkpoint()
+        await asyncio.get_running_loop().run_in_executor(self._flush_executor,
+                                                         checkpoints.write, taken)
+
     def remove_partition(self, tp: TopicPartition, *, not_leader: bool = False
                          ) -> Partition | None:
         """Drop a partition; requests parked on it complete now with an error
@@ -835,6 +900,10 @@ class ReplicaManager:
         NOT_LEADER_OR_FOLLOWER from now on, as Kafka's
         completeDelayedOperationsWhenNotPartitionLeader)."""
         partition = self.partitions.pop(tp, None)
+        checkpoints = self.hw_checkpoints
+        if partition is not None and checkpoints is not None and not partition.offline:
+            checkpoints.unserved(Path(partition.log.log_dir), tp,
+                                 partition.high_watermark if not_leader else None)
         if not_leader:
             self.not_led.add(tp)
         else:

@@ -26,7 +26,11 @@ def test_defaults_and_overrides(tmp_path):
         ("num.partitions=0", "num.partitions"),
         ("auto.create.topics.enable=yes", "auto.create.topics.enable"),
         ("listeners=SSL://h:1", "listeners"),
-        ("default.replication.factor=3", "default.replication.factor"),
+        ("default.replication.factor=0", "default.replication.factor"),
+        ("min.insync.replicas=0", "min.insync.replicas"),
+        ("replica.lag.time.max.ms=0", "replica.lag.time.max.ms"),
+        ("replica.high.watermark.checkpoint.interval.ms=0",
+         "replica.high.watermark.checkpoint.interval.ms"),
         ("request.processing.mode=parallel", "request.processing.mode"),
     ],
 )

@@ -159,7 +159,8 @@ def test_exposition_of_a_broker_state() -> None:
     produce, fetch = Purgatory("produce", timer), Purgatory("fetch", timer)
     fetch.try_complete_else_watch(Op(500), [("t", 0)])
     rm = SimpleNamespace(produce_purgatory=produce, fetch_purgatory=fetch, timer=timer,
-                         partitions={}, opened_at={}, flush_time=Histogram(), markers_written=0)
+                         partitions={}, opened_at={}, flush_time=Histogram(), markers_written=0,
+                         isr_shrinks=0, isr_expands=0)
     m = BrokerMetrics(node_id=1)
     m.replica_manager = rm  # type: ignore[assignment]  # only what the collector reads
     req = _request(0, 9)
