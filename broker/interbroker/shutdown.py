@@ -31,6 +31,11 @@ async def controlled_shutdown(cluster: ClusterNode, max_retries: int = 3,
                               retry_backoff_ms: int = 5000) -> bool:
     """True once the controller answered that this broker leads no partition of more than
     one replica; False when every attempt failed (the caller stops anyway)."""
+    if not replicated_here(cluster):
+        # The controller would answer that nothing remains and write nothing: a partition of
+        # one replica has nowhere to go, and there is no ISR to leave.
+        logger.info("controlled shutdown: no replicated partition here, nothing to move")
+        return True
     for attempt in range(1, max_retries + 1):
         result = await _ask(cluster)
         if result is not None and result.error_code is ErrorCode.NONE and not result.remaining:
@@ -46,6 +51,14 @@ async def controlled_shutdown(cluster: ClusterNode, max_retries: int = 3,
     logger.warning("proceeding to do an unclean shutdown as all the controlled shutdown "
                    "attempts failed", attempts=max_retries)
     return False
+
+
+def replicated_here(cluster: ClusterNode) -> bool:
+    """Whether this broker is a replica of a partition with more than one replica, as its
+    metadata cache has the partitions."""
+    node = cluster.node_id
+    return any(len(p.replicas) > 1 and node in p.replicas
+               for topic in cluster.cache.topics() for p in topic.partitions.values())
 
 
 def request(version: int, broker_id: int, broker_epoch: int) -> ControlledShutdownRequest:
