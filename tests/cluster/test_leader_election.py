@@ -41,7 +41,7 @@ from tests.support.broker import BrokerProcess
 from tests.support.clients import create_topic, unique_topic
 from tests.support.wire import Wire
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(60, func_only=True)
 
 
 def overrides(etcd: EtcdProcess, prefix: str, node_id: int, rebalance_s: int | None
@@ -116,13 +116,14 @@ def create_rf3(brokers: list[BrokerProcess], topic: str, leader: int) -> None:
     """One partition on the three brokers, ``leader`` its preferred replica."""
     replicas = [leader] + [i for i in (1, 2, 3) if i != leader]
     admin = AdminClient({"bootstrap.servers": brokers[0].bootstrap})
-    admin.create_topics([NewTopic(topic, replica_assignment=[replicas])])[topic].result(30)
+    new = NewTopic(topic, 1, replica_assignment=[replicas])
+    admin.create_topics([new])[topic].result(30)
     eventually(lambda: all((p := partition0(b, topic)) is not None and p.leader_id == leader
                            and sorted(p.isr_nodes) == [1, 2, 3] for b in brokers), 20)
 
 
 def etcd_events(etcd: EtcdProcess, prefix: str, since: int) -> list[WatchEvent]:
-    """Every write under the cluster's prefix from revision ``since`` to now, in order."""
+    """Every write under the cluster's prefix after revision ``since`` up to now, in order."""
     from broker.cluster.etcd_store import EtcdStore
 
     async def read() -> list[WatchEvent]:
@@ -130,7 +131,7 @@ def etcd_events(etcd: EtcdProcess, prefix: str, since: int) -> list[WatchEvent]:
         try:
             now = (await store.get_prefix("/")).revision
             events: list[WatchEvent] = []
-            async with store.watch("/", start_revision=since, prefix=True) as watch:
+            async with store.watch("/", start_revision=since + 1, prefix=True) as watch:
                 while not events or events[-1].revision < now:
                     events.append(await asyncio.wait_for(anext(watch), 5))
             return events
@@ -158,7 +159,7 @@ def etcd_revision_and_epoch(etcd: EtcdProcess, prefix: str, node_id: int) -> tup
 
 def handed_over_before_leaving(etcd: EtcdProcess, prefix: str, since: int, topic: str,
                                victim: int) -> PartitionState:
-    """The partition's first new state after ``since``: written, naming another leader and an
+    """The partition's first state written after revision ``since``: naming another leader and an
     ISR without ``victim``, at a revision before ``victim``'s registration was deleted."""
     events = etcd_events(etcd, prefix, since)
     key = state_key(topic, 0)
@@ -259,8 +260,8 @@ def elect_preferred(brokers: list[BrokerProcess], topic: str) -> Any:
     admin = AdminClient({"bootstrap.servers": ",".join(b.bootstrap for b in brokers
                                                         if b.proc and b.proc.poll() is None)})
     tp = TopicPartition(topic, 0)
-    return admin.elect_leaders(ElectionType.PREFERRED, [tp],
-                               operation_timeout=20).result(30)[tp]
+    # No timeout arguments: confluent-kafka 2.16 fails on them (SystemError in its parsing).
+    return admin.elect_leaders(ElectionType.PREFERRED, [tp]).result(30)[tp]
 
 
 # -- the tests -------------------------------------------------------------------------------
