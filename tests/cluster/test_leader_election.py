@@ -47,8 +47,8 @@ pytestmark = pytest.mark.timeout(60, func_only=True)
 def overrides(etcd: EtcdProcess, prefix: str, node_id: int, rebalance_s: int | None
               ) -> dict[str, str]:
     return {"node.id": str(node_id), "minibroker.etcd.endpoints": etcd.endpoint,
-            "minibroker.etcd.prefix": prefix, "broker.session.timeout.ms": "2000",
-            "broker.heartbeat.interval.ms": "500",
+            "minibroker.etcd.prefix": prefix, "broker.session.timeout.ms": "10000",
+            "broker.heartbeat.interval.ms": "1000",
             "controlled.shutdown.retry.backoff.ms": "500",
             "auto.leader.rebalance.enable": "false" if rebalance_s is None else "true",
             "leader.imbalance.check.interval.seconds": str(rebalance_s or 300)}
@@ -333,6 +333,8 @@ def test_the_auto_rebalance_gives_the_controllers_partition_back(
         eventually(lambda b=b: (q := partition0(b, topic)) and q.leader_id == controller_id
                    and q.leader_epoch > state.leader_epoch, 15)
     assert time.monotonic() - started < 15
+    assert any(line.get("event") == "leaders moved back to preferred replicas"
+               for b in brokers for line in b.new_log_lines())
 
 
 def test_a_single_broker_answers_elect_leaders_and_controlled_shutdown_as_kafka(
