@@ -53,7 +53,7 @@ def response(results: Mapping[TopicPartition, ElectionResult], every: bool,
              error: ErrorCode = ErrorCode.NONE) -> ElectLeadersResponse:
     """Kafka's answer: results grouped by topic; for an every-partition request, those that
     needed no election left out."""
-    by_topic: dict[str, list[PartitionResult]] = {}
+    by_topic: dict[str, list[Any]] = {}
     for (topic, p), r in sorted(results.items()):
         if every and r.error_code is ErrorCode.ELECTION_NOT_NEEDED:
             continue

@@ -10,6 +10,7 @@ controller then elects when the broker's registration goes).
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import structlog
 
@@ -61,9 +62,10 @@ def replicated_here(cluster: ClusterNode) -> bool:
                for topic in cluster.cache.topics() for p in topic.partitions.values())
 
 
-def request(version: int, broker_id: int, broker_epoch: int) -> ControlledShutdownRequest:
+def request(version: int, broker_id: int, broker_epoch: int) -> Any:
     """ControlledShutdown for ``broker_id`` (its epoch from v2)."""
-    return ControlledShutdownRequest[version](broker_id=broker_id, broker_epoch=broker_epoch)
+    versions: Any = ControlledShutdownRequest  # built from its spec: indexed by version
+    return versions[version](broker_id=broker_id, broker_epoch=broker_epoch)
 
 
 async def _ask(cluster: ClusterNode) -> ShutdownResult | None:

@@ -43,9 +43,9 @@ class PushTelemetryResponse(ApiMessage, load_json=_HERE):
     pass
 
 
-class ControlledShutdownRequest(ApiMessage, load_json=_HERE):
+class ControlledShutdownRequest(ApiMessage, load_json=_HERE):  # type: ignore[call-arg]
     pass
 
 
-class ControlledShutdownResponse(ApiMessage, load_json=_HERE):
+class ControlledShutdownResponse(ApiMessage, load_json=_HERE):  # type: ignore[call-arg]
     pass

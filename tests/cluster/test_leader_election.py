@@ -19,7 +19,7 @@ import struct
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +33,10 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from broker.cluster.etcd_process import EtcdProcess
 from broker.cluster.store import EventType, WatchEvent
 from broker.cluster.topic_state import PartitionState, state_key
+from broker.interbroker.shutdown import request as shutdown_request
 from broker.testing import EmbeddedBroker
 from protocol.errors import ErrorCode
-from protocol.messages import ControlledShutdownRequest, ControlledShutdownResponse
+from protocol.messages import ControlledShutdownResponse
 from tests.cluster.test_cluster_brokers import eventually
 from tests.support.broker import BrokerProcess
 from tests.support.clients import create_topic, unique_topic
@@ -106,6 +107,14 @@ def partition0(broker: BrokerProcess, topic: str) -> Any:
     meta = metadata(broker, topic)
     (t,) = meta.topics
     return t.partitions[0] if t.error_code == 0 and t.partitions else None
+
+
+def led_by(broker: BrokerProcess, topic: str, leader: int) -> Callable[[], Any]:
+    """A check: the partition as ``broker`` describes it once ``leader`` leads it."""
+    def check() -> Any:
+        p = partition0(broker, topic)
+        return p if p is not None and p.leader_id == leader else None
+    return check
 
 
 def node_of(brokers: list[BrokerProcess], node_id: int) -> BrokerProcess:
@@ -232,7 +241,7 @@ class Writer:
         self.producer = Producer({"bootstrap.servers": bootstrap, "acks": 1,
                                   "linger.ms": 5, "message.timeout.ms": 30000})
         self.topic = topic
-        self.reports: list[tuple[Any, int]] = []
+        self.reports: list[tuple[Any, Any]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -285,8 +294,7 @@ def test_sigterm_hands_leadership_over_and_preferred_election_gives_it_back(
     assert any(line.get("event") == "controlled shutdown succeeded"
                for line in victim.new_log_lines())
     for b in others:
-        p = eventually(lambda b=b: (q := partition0(b, topic)) and q.leader_id == state.leader
-                       and q, 10)
+        p = eventually(led_by(b, topic, state.leader), 10)
         assert p.leader_epoch == 1 and victim_id not in p.isr_nodes
     before = writer.delivered()
     eventually(lambda: writer.delivered() > before + 20, 20)  # written to the new leader
@@ -309,7 +317,7 @@ def test_sigterm_hands_leadership_over_and_preferred_election_gives_it_back(
     assert rejoined.leader_id == state.leader
     assert elect_preferred(brokers, topic) is None
     for b in brokers:
-        eventually(lambda b=b: (q := partition0(b, topic)) and q.leader_id == victim_id, 10)
+        eventually(led_by(b, topic, victim_id), 10)
     assert partition0(brokers[0], topic).leader_epoch > state.leader_epoch
     again = elect_preferred(brokers, topic)
     assert isinstance(again, KafkaError)
@@ -330,8 +338,8 @@ def test_the_auto_rebalance_gives_the_controllers_partition_back(
     rejoin_isr(etcd_server, prefix, brokers, topic, controller_id)
     started = time.monotonic()
     for b in brokers:  # no request: the new controller's check runs every second
-        eventually(lambda b=b: (q := partition0(b, topic)) and q.leader_id == controller_id
-                   and q.leader_epoch > state.leader_epoch, 15)
+        p = eventually(led_by(b, topic, controller_id), 15)
+        assert p.leader_epoch > state.leader_epoch
     assert time.monotonic() - started < 15
     assert any(line.get("event") == "leaders moved back to preferred replicas"
                for b in brokers for line in b.new_log_lines())
@@ -362,8 +370,8 @@ def test_a_single_broker_answers_elect_leaders_and_controlled_shutdown_as_kafka(
                 assert every.replica_election_results == []  # none needed an election
             for version, broker_id, error in ((3, 1, 0), (2, 5, ErrorCode.BROKER_NOT_AVAILABLE),
                                               (1, 1, 0)):
-                shut = wire.request(ControlledShutdownRequest[version](
-                    broker_id=broker_id, broker_epoch=-1), ControlledShutdownResponse)
+                shut = wire.request(shutdown_request(version, broker_id, -1),
+                                    ControlledShutdownResponse)
                 assert (shut.error_code, shut.remaining_partitions) == (error, [])
         finally:
             wire.close()
