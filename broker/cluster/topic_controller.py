@@ -760,12 +760,12 @@ class ControllerDuties:
     async def _failover(self, controller: TopicController) -> None:
         await controller.liveness.ready.wait()
         self._spawn(self._follow_new_topics(controller))
-        await controller.elect_leaders()
         if self.rebalance is not None and self.controller is controller:
             self._stop_rebalancer()
             self._rebalancer = asyncio.get_running_loop().create_task(
                 self._rebalance_leaders(controller, self.rebalance),
                 name="auto-leader-rebalance")
+        await controller.elect_leaders()
 
     async def _rebalance_leaders(self, controller: TopicController,
                                  rebalance: LeaderRebalance) -> None:
@@ -781,6 +781,9 @@ class ControllerDuties:
                 return
             except StoreError as e:
                 logger.warning("leader rebalance failed", error=str(e))
+                continue
+            except Exception:
+                logger.exception("leader rebalance failed")
                 continue
             if moved:
                 logger.info("leaders moved back to preferred replicas", partitions=len(moved))
