@@ -150,6 +150,21 @@ KEYS: dict[str, Key] = {
         Key("controller.listener.names", _list, "",
             "Listeners of a KRaft controller: there is none here, so the listeners named are "
             "not bound (a combined-mode server.properties starts as it is)."),
+        Key("controlled.shutdown.enable", _bool, "true",
+            "Cluster mode: on shutdown, ask the controller to move this broker's leaderships "
+            "to other in-sync replicas first."),
+        Key("controlled.shutdown.max.retries", int, "3",
+            "Controlled shutdown attempts before the broker stops anyway.", min=1),
+        Key("controlled.shutdown.retry.backoff.ms", int, "5000",
+            "Wait between controlled shutdown attempts.", min=0),
+        Key("auto.leader.rebalance.enable", _bool, "true",
+            "Cluster mode: the controller moves leadership back to preferred replicas when a "
+            "broker's imbalance exceeds leader.imbalance.per.broker.percentage."),
+        Key("leader.imbalance.check.interval.seconds", int, "300",
+            "How often the controller checks the leader imbalance.", min=1),
+        Key("leader.imbalance.per.broker.percentage", int, "10",
+            "Share of a broker's preferred partitions led elsewhere that triggers a "
+            "rebalance.", min=0, max=100),
         Key("log.dirs", _list, "./data",
             "Directories holding the partition logs (log.dir: Kafka's single-directory form, "
             "used when log.dirs is not given)."),

@@ -46,8 +46,10 @@ from broker.apis.context import ApiContext
 from broker.cluster.broker_node import ClusterNode, ClusterReplicas
 from broker.cluster.registration import BrokerInfo
 from broker.cluster.settings import ClusterSettings
+from broker.cluster.topic_controller import LeaderRebalance
 from broker.config import BrokerConfig, ListenerSpec
 from broker.interbroker.client import InterBrokerClient, InterBrokerSettings
+from broker.interbroker.shutdown import controlled_shutdown
 from broker.log.cleaner import CleanerConfig
 from broker.log.manager import LogManager
 from broker.logging import log_effective_config, ready_message
@@ -167,8 +169,13 @@ class Broker:
                              inter_broker: InterBrokerSettings) -> None:
         """Before any log is loaded: the cluster id, and every log dir's meta.properties
         checked against it (a dir of another cluster or node is a StartupError line)."""
+        cfg = self.config
+        rebalance = (LeaderRebalance(cfg["leader.imbalance.check.interval.seconds"],
+                                     cfg["leader.imbalance.per.broker.percentage"])
+                     if cfg["auto.leader.rebalance.enable"] else None)
         cluster = self.cluster = ClusterNode(
-            settings, unclean_leader_election=self.config["unclean.leader.election.enable"])
+            settings, unclean_leader_election=cfg["unclean.leader.election.enable"],
+            rebalance=rebalance)
         cluster.client = InterBrokerClient(
             inter_broker, lambda node_id: cluster.endpoint(node_id, inter_broker.listener))
         check_log_dirs(self.log_dirs)
@@ -380,6 +387,7 @@ class Broker:
     async def stop(self) -> None:
         logger.info("broker shutting down")
         if self.cluster is not None:
+            await self._controlled_shutdown(self.cluster)
             # Kafka's order: stop acting as controller and leader, then deregister, so the
             # cluster hears of it at once instead of after the session timeout.
             await self.cluster.stop()
@@ -407,6 +415,16 @@ class Broker:
         if self.log_manager is not None:
             self.log_manager.shutdown()
         logger.info("broker stopped cleanly")
+
+    async def _controlled_shutdown(self, cluster: ClusterNode) -> None:
+        """Kafka's first step of a broker's shutdown: leadership moved to other replicas while
+        this broker still serves (``controlled.shutdown.enable``), once it is registered."""
+        registration = cluster.membership.registration
+        if (not self.config["controlled.shutdown.enable"] or registration is None
+                or registration.epoch is None or registration.taken.is_set()):
+            return
+        await controlled_shutdown(cluster, self.config["controlled.shutdown.max.retries"],
+                                  self.config["controlled.shutdown.retry.backoff.ms"])
 
     async def _stop_tasks(self) -> None:
         self._stop_periodic()

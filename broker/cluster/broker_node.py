@@ -46,6 +46,7 @@ from broker.cluster.shared_state import EtcdSharedState
 from broker.cluster.store import Lease, MetadataStore, StoreError, cancel_and_wait
 from broker.cluster.topic_controller import (
     ControllerDuties,
+    LeaderRebalance,
     TopicController,
     plan_topic,
     propose_topic,
@@ -105,12 +106,15 @@ class ClusterNode:
     """This broker in the cluster, built by the server in cluster mode only."""
 
     def __init__(self, settings: ClusterSettings, store: MetadataStore | None = None, *,
-                 unclean_leader_election: bool = False) -> None:
+                 unclean_leader_election: bool = False,
+                 rebalance: LeaderRebalance | None = None) -> None:
+        """``rebalance``: the controller's periodic preferred-leader check, None: off."""
         self.settings = settings
         self.store = store if store is not None else open_etcd_store(settings)
         self.membership = ClusterMembership(settings, self.store, owns_store=store is None)
         self.duties = ControllerDuties(lambda: self.membership.liveness,
-                                       unclean_leader_election=unclean_leader_election)
+                                       unclean_leader_election=unclean_leader_election,
+                                       rebalance=rebalance)
         self.cluster_id = ""
         self.broker_epoch = -1
         self.view = BrokerLivenessView(self.store)

@@ -15,11 +15,15 @@ Invariants:
   the first live replica; else no leader (-1) and the ISR left as Kafka left it (the dead
   replicas removed, but never the last one: "last replica standing").
 - Operations run one at a time (Kafka's single controller event thread).
+- Leadership moves only to a replica that is live, in the ISR and not shutting down
+  (controlled shutdown, preferred election, the auto rebalance); a broker in controlled
+  shutdown keeps leading what could not be moved until it goes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import functools
 import random
 from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
@@ -99,16 +103,20 @@ def _shrunk_isr(isr: list[int], live: Collection[int]) -> list[int]:
 
 
 def elect_leader(replicas: Sequence[int], state: PartitionState, live: Collection[int],
-                 unclean: bool, controller_epoch: int) -> PartitionState | None:
-    """The partition's next state given the live brokers, None when it stays as it is."""
+                 unclean: bool, controller_epoch: int, shutting_down: Collection[int] = ()
+                 ) -> PartitionState | None:
+    """The partition's next state given the live brokers, None when it stays as it is.
+    ``shutting_down`` (live brokers in controlled shutdown) keep what they lead but are
+    never elected (Kafka's liveBrokerIds leave them out)."""
     if state.leader != NO_LEADER and state.leader in live:
         isr = _shrunk_isr(state.isr, live)
         return None if isr == state.isr else state.next(state.leader, isr, controller_epoch)
-    leader = next((r for r in replicas if r in live and r in state.isr), None)
+    leader = next((r for r in replicas
+                   if r in live and r in state.isr and r not in shutting_down), None)
     if leader is not None:
         return state.next(leader, [r for r in state.isr if r in live], controller_epoch)
     if unclean:
-        leader = next((r for r in replicas if r in live), None)
+        leader = next((r for r in replicas if r in live and r not in shutting_down), None)
         if leader is not None:
             return state.next(leader, [leader], controller_epoch)
     if state.leader == NO_LEADER:
@@ -117,8 +125,94 @@ def elect_leader(replicas: Sequence[int], state: PartitionState, live: Collectio
 
 
 def _elect_in(replicas: Sequence[int], live: Collection[int], unclean: bool,
-              controller_epoch: int, state: PartitionState) -> PartitionState | None:
-    return elect_leader(replicas, state, live, unclean, controller_epoch)
+              controller_epoch: int, shutting_down: Collection[int], state: PartitionState
+              ) -> PartitionState | None:
+    return elect_leader(replicas, state, live, unclean, controller_epoch, shutting_down)
+
+
+def controlled_shutdown_leader(replicas: Sequence[int], state: PartitionState,
+                               live: Collection[int], shutting_down: Collection[int],
+                               controller_epoch: int) -> PartitionState | None:
+    """Kafka's ControlledShutdownPartitionLeaderElectionStrategy: the first replica in
+    assignment order that is live, in the ISR and not shutting down leads, with the ISR
+    without the brokers shutting down; None when there is none (the leader stays)."""
+    leader = next((r for r in replicas
+                   if r in live and r in state.isr and r not in shutting_down), None)
+    if leader is None:
+        return None
+    return state.next(leader, [r for r in state.isr if r not in shutting_down],
+                      controller_epoch)
+
+
+def without_replica(state: PartitionState, broker_id: int, controller_epoch: int
+                    ) -> PartitionState | None:
+    """Kafka's OfflineReplica transition of a follower: it leaves the ISR (never emptied);
+    None when it is not in it."""
+    if broker_id not in state.isr or len(state.isr) == 1:
+        return None
+    leader = NO_LEADER if state.leader == broker_id else state.leader
+    return state.next(leader, [r for r in state.isr if r != broker_id], controller_epoch)
+
+
+def preferred_leader(replicas: Sequence[int], state: PartitionState, live: Collection[int],
+                     controller_epoch: int) -> PartitionState | None:
+    """Kafka's PreferredReplicaPartitionLeaderElectionStrategy: the first assigned replica
+    leads if it is live and in the ISR (the ISR kept); None when it cannot."""
+    preferred = replicas[0] if replicas else NO_LEADER
+    if preferred == state.leader or preferred not in live or preferred not in state.isr:
+        return None
+    return state.next(preferred, state.isr, controller_epoch)
+
+
+class ElectionType(enum.IntEnum):
+    """ElectLeaders' ElectionType (KIP-460)."""
+
+    PREFERRED = 0
+    UNCLEAN = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionResult:
+    """One partition's outcome of ElectLeaders, with Kafka's error and message."""
+
+    error_code: ErrorCode = ErrorCode.NONE
+    message: str | None = None
+    state: PartitionState | None = None  # the state written, when elected
+
+
+ELECTION_NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
+UNKNOWN_PARTITION_MESSAGE = "The partition does not exist."
+_STRATEGY = {ElectionType.PREFERRED: "PreferredReplicaPartitionLeaderElectionStrategy",
+             ElectionType.UNCLEAN: "OfflinePartitionLeaderElectionStrategy(true)"}
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownResult:
+    """ControlledShutdown's answer: an error, or the partitions the broker still leads."""
+
+    error_code: ErrorCode = ErrorCode.NONE
+    message: str | None = None
+    remaining: tuple[tuple[str, int], ...] = ()
+
+
+def imbalanced_partitions(snapshot: Mapping[tuple[str, int], tuple[Sequence[int],
+                                                                   PartitionState]],
+                          live: Collection[int], percentage: int) -> list[tuple[str, int]]:
+    """Kafka's checkAndTriggerAutoLeaderRebalance: partitions grouped by preferred replica;
+    for each broker whose share of partitions led by another exceeds ``percentage`` %, those
+    of them whose preferred replica can lead now (live and in the ISR)."""
+    by_preferred: dict[int, list[tuple[str, int]]] = {}
+    for tp, (replicas, _state) in snapshot.items():
+        if replicas:
+            by_preferred.setdefault(replicas[0], []).append(tp)
+    out: list[tuple[str, int]] = []
+    for broker, tps in sorted(by_preferred.items()):
+        not_preferred = [tp for tp in tps if snapshot[tp][1].leader != broker]
+        if len(not_preferred) / len(tps) <= percentage / 100:
+            continue
+        out += [tp for tp in not_preferred
+                if broker in live and broker in snapshot[tp][1].isr]
+    return sorted(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,9 +246,14 @@ class TopicController:
         self.max_cas_attempts = max_cas_attempts
         self.malformed = MalformedLog()
         self._lock = asyncio.Lock()
+        #: Live brokers in controlled shutdown (Kafka's shuttingDownBrokerIds): never elected.
+        self.shutting_down: set[int] = set()
 
     def _live(self) -> set[int]:
         return set(self.liveness.live)
+
+    def _electable(self) -> set[int]:
+        return self._live() - self.shutting_down
 
     # -- topics -----------------------------------------------------------------------------
 
@@ -321,6 +420,8 @@ class TopicController:
         its old registration when it lost it, so it must hear of a new leader epoch."""
         gone = ({b.info.node_id for b in change.removed}
                 | {new.info.node_id for _, new in change.bounced})
+        # A broker that went or registered again is no longer shutting down.
+        self.shutting_down -= gone | {b.info.node_id for b in change.added}
         if gone:
             await self.elect_leaders(exclude=gone)
         await self.elect_leaders()
@@ -340,7 +441,8 @@ class TopicController:
                     continue
                 decide = functools.partial(
                     _elect_in, assignment.partitions[p], live,
-                    self._unclean(snapshot.configs.get(topic, {})), self.context.epoch)
+                    self._unclean(snapshot.configs.get(topic, {})), self.context.epoch,
+                    self.shutting_down)
                 state = await self._cas(kv, decide)
                 if state is not None:
                     logger.info("partition leader changed", topic=topic, partition=p,
@@ -348,6 +450,139 @@ class TopicController:
                                 isr=state.isr)
                     written.append((topic, p, state))
             return written
+
+    async def controlled_shutdown(self, broker_id: int, broker_epoch: int = -1
+                                  ) -> ShutdownResult:
+        """Kafka's doControlledShutdown: the broker is marked shutting down; each partition
+        with more than one replica that it leads gets another live ISR member as leader, and
+        it leaves the ISR of those it follows. The answer names the partitions it still leads
+        (none to move to). A ``broker_epoch`` older than the live registration's is
+        STALE_BROKER_EPOCH (-1: not checked, as Kafka)."""
+        async with self._lock:
+            registered = self.liveness.live.get(broker_id)
+            if (registered is not None and broker_epoch != -1
+                    and broker_epoch < registered.epoch):
+                return ShutdownResult(
+                    ErrorCode.STALE_BROKER_EPOCH,
+                    f"Received controlled shutdown request from an old broker epoch "
+                    f"{broker_epoch} for broker {broker_id}. Current broker epoch is "
+                    f"{registered.epoch}.")
+            if registered is None:
+                return ShutdownResult(ErrorCode.BROKER_NOT_AVAILABLE,
+                                      f"Broker id {broker_id} does not exist.")
+            self.shutting_down.add(broker_id)
+            live = self._live()
+            snapshot = await self._read_all()
+            remaining = []
+            for (topic, p), kv in sorted(snapshot.states.items()):
+                assignment = snapshot.topics.get(topic)
+                replicas = assignment.partitions.get(p) if assignment is not None else None
+                if replicas is None or broker_id not in replicas or len(replicas) < 2:
+                    continue
+                state = await self._move_off(kv, replicas, broker_id, live)
+                if state is not None and state.leader == broker_id:
+                    remaining.append((topic, p))
+            logger.info("controlled shutdown", broker=broker_id, remaining=len(remaining),
+                        epoch=self.context.epoch)
+            return ShutdownResult(remaining=tuple(remaining))
+
+    async def _move_off(self, kv: KeyValue, replicas: Sequence[int], broker_id: int,
+                        live: Collection[int]) -> PartitionState | None:
+        """One partition of a broker in controlled shutdown: leadership moved away or the
+        broker taken out of the ISR; the partition's state afterwards."""
+        last: list[PartitionState] = []
+
+        def decide(state: PartitionState) -> PartitionState | None:
+            last[:] = [state]
+            if state.leader == broker_id:
+                return controlled_shutdown_leader(replicas, state, live, self.shutting_down,
+                                                  self.context.epoch)
+            return without_replica(state, broker_id, self.context.epoch)
+
+        written = await self._cas(kv, decide)
+        if written is not None:
+            logger.info("partition state changed for controlled shutdown", key=kv.key,
+                        leader=written.leader, leader_epoch=written.leader_epoch,
+                        isr=written.isr)
+            return written
+        return last[0] if last else None
+
+    async def elect(self, partitions: Collection[tuple[str, int]] | None,
+                    election_type: ElectionType) -> dict[tuple[str, int], ElectionResult]:
+        """Kafka's processReplicaLeaderElection for ElectLeaders: per partition, elected
+        (NONE), ELECTION_NOT_NEEDED (already led by its preferred replica; for UNCLEAN, led
+        by a live broker), PREFERRED_LEADER_NOT_AVAILABLE / ELIGIBLE_LEADERS_NOT_AVAILABLE
+        (no replica may lead), or UNKNOWN_TOPIC_OR_PARTITION. ``None``: every partition."""
+        async with self._lock:
+            snapshot = await self._read_all()
+            known = {(t, p): (a.partitions[p], snapshot.states.get((t, p)))
+                     for t, a in snapshot.topics.items() for p in a.partitions}
+            wanted = sorted(known) if partitions is None else sorted(set(partitions))
+            results: dict[tuple[str, int], ElectionResult] = {}
+            for tp in wanted:
+                replicas, kv = known.get(tp, ((), None))
+                if kv is None:
+                    results[tp] = ElectionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                                 UNKNOWN_PARTITION_MESSAGE)
+                    continue
+                unclean = election_type is ElectionType.UNCLEAN
+                results[tp] = await self._elect_one(tp, kv, replicas, unclean)
+            return results
+
+    async def _elect_one(self, tp: tuple[str, int], kv: KeyValue, replicas: Sequence[int],
+                         unclean: bool) -> ElectionResult:
+        live = self._electable()
+        election = ElectionType.UNCLEAN if unclean else ElectionType.PREFERRED
+        outcome: list[ElectionResult] = []
+
+        def decide(state: PartitionState) -> PartitionState | None:
+            needed = (state.leader == NO_LEADER or state.leader not in live) if unclean \
+                else state.leader != (replicas[0] if replicas else NO_LEADER)
+            if not needed:
+                outcome[:] = [ElectionResult(ErrorCode.ELECTION_NOT_NEEDED,
+                                             ELECTION_NOT_NEEDED_MESSAGE)]
+                return None
+            new = (elect_leader(replicas, state, live, True, self.context.epoch,
+                                self.shutting_down) if unclean
+                   else preferred_leader(replicas, state, live, self.context.epoch))
+            if new is None or new.leader == NO_LEADER:
+                error = (ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE if unclean
+                         else ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE)
+                outcome[:] = [ElectionResult(
+                    error, f"Failed to elect leader for partition {tp[0]}-{tp[1]} under "
+                           f"strategy {_STRATEGY[election]}")]
+                return None
+            return new
+
+        written = await self._cas(kv, decide)
+        if written is not None:
+            logger.info("partition leader elected", topic=tp[0], partition=tp[1],
+                        election=election.name, leader=written.leader,
+                        leader_epoch=written.leader_epoch)
+            return ElectionResult(state=written)
+        if outcome:
+            return outcome[0]
+        return ElectionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_PARTITION_MESSAGE)
+
+    async def rebalance_leaders(self, percentage: int) -> list[tuple[str, int]]:
+        """Kafka's checkAndTriggerAutoLeaderRebalance: a preferred election for the
+        partitions of every broker whose leader imbalance exceeds ``percentage``; the
+        partitions whose leadership moved back."""
+        snapshot = await self._read_all()
+        states: dict[tuple[str, int], tuple[Sequence[int], PartitionState]] = {}
+        for (topic, p), kv in snapshot.states.items():
+            assignment = snapshot.topics.get(topic)
+            if assignment is None or p not in assignment.partitions:
+                continue
+            try:
+                states[(topic, p)] = (assignment.partitions[p], PartitionState.from_kv(kv))
+            except MalformedMetadata as e:
+                self.malformed.report(kv, e)
+        candidates = imbalanced_partitions(states, self._electable(), percentage)
+        if not candidates:
+            return []
+        results = await self.elect(candidates, ElectionType.PREFERRED)
+        return [tp for tp, r in results.items() if r.state is not None]
 
     def _unclean(self, configs: Mapping[str, str]) -> bool:
         value = configs.get(UNCLEAN_LEADER_ELECTION)
@@ -470,6 +705,19 @@ class NewTopicFollower(PrefixFollower):
                 self.on_topic(name)
 
 
+#: Kafka's controller schedules its first auto rebalance this long after its failover.
+AUTO_REBALANCE_FIRST_DELAY_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderRebalance:
+    """``leader.imbalance.check.interval.seconds`` and ``leader.imbalance.per.broker.percentage``
+    (with ``auto.leader.rebalance.enable``)."""
+
+    interval_s: float = 300.0
+    percentage: int = 10
+
+
 class ControllerDuties:
     """What this broker does as controller, hooked to the election and the liveness view
     (``ClusterMembership.register``'s ``on_elected``, ``on_brokers``, ``on_resigned``):
@@ -485,14 +733,19 @@ class ControllerDuties:
         unclean_leader_election: bool = False,
         rack_aware_mode: RackAwareMode = RackAwareMode.ENFORCED,
         rng: random.Random | None = None,
+        rebalance: LeaderRebalance | None = None,
     ) -> None:
+        """``rebalance``: the periodic preferred-leader check (``auto.leader.rebalance.enable``
+        and its keys); None: off."""
         self._liveness = liveness
         self._unclean = unclean_leader_election
         self._rack_aware_mode = rack_aware_mode
         self._rng = rng
+        self.rebalance = rebalance
         self.controller: TopicController | None = None
         self._new_topics: NewTopicFollower | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._rebalancer: asyncio.Task[Any] | None = None
 
     def elected(self, context: ControllerContext) -> None:
         view = self._liveness()
@@ -507,7 +760,38 @@ class ControllerDuties:
     async def _failover(self, controller: TopicController) -> None:
         await controller.liveness.ready.wait()
         self._spawn(self._follow_new_topics(controller))
+        if self.rebalance is not None and self.controller is controller:
+            self._stop_rebalancer()
+            self._rebalancer = asyncio.get_running_loop().create_task(
+                self._rebalance_leaders(controller, self.rebalance),
+                name="auto-leader-rebalance")
         await controller.elect_leaders()
+
+    async def _rebalance_leaders(self, controller: TopicController,
+                                 rebalance: LeaderRebalance) -> None:
+        """Kafka's auto-leader-rebalance task: first 5 s after the failover, then every
+        ``leader.imbalance.check.interval.seconds`` while this is the controller."""
+        delay = min(AUTO_REBALANCE_FIRST_DELAY_S, rebalance.interval_s)
+        while self.controller is controller:
+            await asyncio.sleep(delay)
+            delay = rebalance.interval_s
+            try:
+                moved = await controller.rebalance_leaders(rebalance.percentage)
+            except ControllerMoved:
+                return
+            except StoreError as e:
+                logger.warning("leader rebalance failed", error=str(e))
+                continue
+            except Exception:
+                logger.exception("leader rebalance failed")
+                continue
+            if moved:
+                logger.info("leaders moved back to preferred replicas", partitions=len(moved))
+
+    def _stop_rebalancer(self) -> None:
+        task, self._rebalancer = self._rebalancer, None
+        if task is not None:
+            task.cancel()
 
     async def _follow_new_topics(self, controller: TopicController) -> None:
         """While ``controller`` is the controller, initialize the topics other brokers
@@ -539,6 +823,7 @@ class ControllerDuties:
     def resigned(self, context: ControllerContext, reason: str) -> None:
         if self.controller is not None and self.controller.context is context:
             self.controller = None
+            self._stop_rebalancer()
             self._spawn(self._stop_new_topics())
 
     def _spawn(self, work: Coroutine[Any, Any, object]) -> None:
@@ -562,6 +847,10 @@ class ControllerDuties:
 
     async def stop(self) -> None:
         self.controller = None
+        rebalancer = self._rebalancer
+        self._stop_rebalancer()
+        if rebalancer is not None:
+            await asyncio.gather(rebalancer, return_exceptions=True)
         await self._stop_new_topics()
         tasks = list(self._tasks)
         for task in tasks:

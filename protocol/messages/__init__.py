@@ -41,3 +41,11 @@ class PushTelemetryRequest(ApiMessage, load_json=_HERE):
 
 class PushTelemetryResponse(ApiMessage, load_json=_HERE):
     pass
+
+
+class ControlledShutdownRequest(ApiMessage, load_json=_HERE):  # type: ignore[call-arg]
+    pass
+
+
+class ControlledShutdownResponse(ApiMessage, load_json=_HERE):  # type: ignore[call-arg]
+    pass

@@ -17,6 +17,7 @@ SERVED_TODAY = {
     1: (4, 16, 4),  # Fetch
     2: (1, 8, 1),  # ListOffsets
     3: (0, 12, 0),  # Metadata
+    7: (1, 3, 1),  # ControlledShutdown
     8: (2, 9, 2),  # OffsetCommit
     9: (1, 9, 1),  # OffsetFetch
     10: (0, 5, 0),  # FindCoordinator
@@ -47,6 +48,7 @@ SERVED_TODAY = {
     36: (0, 2, 0),  # SaslAuthenticate
     37: (0, 3, 0),  # CreatePartitions
     42: (0, 2, 0),  # DeleteGroups
+    43: (0, 2, 0),  # ElectLeaders
     44: (0, 1, 0),  # IncrementalAlterConfigs
     47: (0, 0, 0),  # OffsetDelete
     50: (0, 0, 0),  # DescribeUserScramCredentials
