@@ -229,6 +229,25 @@ async def _crash(broker: Broker) -> None:
         await cluster.stop()
 
 
+async def _elect(broker: ClusterBroker, topic: str, partition: int, node: int) -> None:
+    """On the controller's loop: its topic controller writes ``node`` as the leader."""
+    cluster = broker.broker.cluster if broker.broker is not None else None
+    controller = cluster.controller if cluster is not None else None
+    if cluster is None or controller is None:
+        raise RuntimeError(f"broker {broker.node_id} is no longer the controller: try again")
+    kv = await cluster.store.get(state_key(topic, partition))
+    if kv is None:
+        raise ValueError(f"no partition {topic}-{partition}")
+    epoch = controller.context.epoch
+
+    def decide(state: PartitionState) -> PartitionState | None:
+        if state.leader == node or node not in state.isr:
+            return None
+        return state.next(node, list(state.isr), epoch)
+
+    await controller._cas(kv, decide)
+
+
 def _unreachable() -> None:
     raise StoreUnavailable("the broker crashed")
 
@@ -252,7 +271,6 @@ class EmbeddedCluster:
         self.etcd: EtcdProcess | None = None
         self.brokers: list[ClusterBroker] = []
         self.start_seconds = 0.0  # how long the last start took, etcd included
-        self._killed: set[int] = set()
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> EmbeddedCluster:
@@ -260,7 +278,8 @@ class EmbeddedCluster:
         controller is elected."""
         started = time.perf_counter()
         if self.etcd is None:
-            self.etcd = EtcdProcess(data_dir=self.data_dir / "etcd")
+            # etcd's own temp dir, on tmpfs where there is one: etcd 3.4 fsyncs every write.
+            self.etcd = EtcdProcess()
         self.etcd.start()
         if not self.brokers:
             common = {**self.properties, "minibroker.etcd.endpoints": self.etcd.endpoint,
@@ -382,7 +401,6 @@ class EmbeddedCluster:
     def kill(self, node: int) -> None:
         """Crash broker ``node`` (``heal`` or its ``restart`` brings it back, recovering)."""
         self.broker(node).kill()
-        self._killed.add(node)
         self.faults.fired("kill", "broker", node=node)
 
     def pause(self, node: int, seconds: float) -> None:
@@ -416,15 +434,36 @@ class EmbeddedCluster:
             self.faults.slow[node] = float(ms)
         logger.warning("fault armed", kind="slow", node=node, ms=ms)
 
-    def heal(self) -> None:
-        """Undo every fault: links and etcd reachable again, pauses over, killed brokers
-        started again (on their ports, recovering)."""
+    def move_leader(self, topic: str, partition: int, node: int,
+                    timeout: float = 30.0) -> None:
+        """Make ``node`` the partition's leader, as the controller elects one: a fenced
+        compare-and-swap of the partition state by the active controller, the ISR kept.
+        ``node`` must be in the ISR and live (Kafka's preferred-leader election refuses
+        otherwise: ValueError here). Returns once etcd has the new leader."""
+        controller_id = self.wait_for_controller(timeout=timeout)
+        if node not in self.isr(topic, partition):
+            raise ValueError(f"broker {node} is not in the ISR of {topic}-{partition}: "
+                             f"{self.isr(topic, partition)}")
+        if node not in self.registered():
+            raise ValueError(f"broker {node} is not live")
+        self.broker(controller_id)._on_loop(lambda: _elect(self.broker(controller_id), topic,
+                                                           partition, node))
+        self.faults.fired("move_leader", "controller", topic=topic, partition=partition,
+                          node=node)
+        self.wait_for_leader(topic, partition, node, timeout)
+
+    def heal(self, timeout: float = 30.0) -> None:
+        """Undo every fault: links and etcd reachable again, pauses over, every broker that is
+        not running (killed or stopped) started again on its port, a killed one recovering.
+        Returns once every broker is registered again."""
         self.heal_links()
         for broker in self.brokers:
             broker.resume()
-        for node in sorted(self._killed):
-            self.broker(node).start()
-        self._killed.clear()
+        for broker in self.brokers:
+            if not broker.running:
+                broker.start()
+        self._wait(lambda: len(self.registered()) == self.nodes, "every broker to register",
+                   timeout)
 
     def heal_links(self) -> None:
         """Undo the cuts and delays only."""
