@@ -114,10 +114,12 @@ class ClusterBroker:
     cluster's etcd, with the cluster's fault hooks installed on each start."""
 
     def __init__(self, node_id: int, port: int, data_dir: Path, faults: ClusterFaults,
-                 properties: dict[str, str]) -> None:
+                 properties: dict[str, str], registered: Callable[[], list[int]]) -> None:
         self.node_id = node_id
         self.port = port
         self._faults = faults
+        self._registered = registered
+        self._crashed = False  # killed: its registration stays until the lease expires
         self._pause_over: threading.Event | None = None
         listener = f"PLAINTEXT://127.0.0.1:{port}"
         self.embedded = EmbeddedBroker(data_dir, **{
@@ -143,7 +145,14 @@ class ClusterBroker:
         return self.embedded.broker
 
     def start(self) -> ClusterBroker:
+        """Start on the broker's port. After a kill, first wait for the crashed broker's
+        registration to expire (a start would find its node id taken, as Kafka's would)."""
         if not self.running:
+            if self._crashed:
+                deadline = time.monotonic() + READY_TIMEOUT_S
+                while self.node_id in self._registered() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                self._crashed = False
             self.embedded.start()
             self._on_loop(self._install_hooks)
         return self
@@ -158,6 +167,7 @@ class ClusterBroker:
         self.resume()
         if self.running:
             self.embedded._end(_crash)
+            self._crashed = True
 
     def restart(self, clean: bool = True) -> ClusterBroker:
         """Stop (or kill) and start again on the same port."""
@@ -285,7 +295,8 @@ class EmbeddedCluster:
             common = {**self.properties, "minibroker.etcd.endpoints": self.etcd.endpoint,
                       "minibroker.etcd.prefix": PREFIX}
             self.brokers = [
-                ClusterBroker(i, free_port(), self.data_dir / f"broker-{i}", self.faults, common)
+                ClusterBroker(i, free_port(), self.data_dir / f"broker-{i}", self.faults, common,
+                              self.registered)
                 for i in range(1, self.nodes + 1)]
         try:
             with concurrent.futures.ThreadPoolExecutor(self.nodes) as pool:
