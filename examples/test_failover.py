@@ -7,6 +7,7 @@ Each fault is undone after the test that armed it (the plugin heals the session 
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 
@@ -131,3 +132,86 @@ def test_a_cluster_of_its_own(mini_broker_cluster_factory):
         topic = f"own-{uuid.uuid4().hex[:8]}"
         assert produce(cluster.bootstrap_servers, topic, 3, [b"x"]) == [None]
         assert sorted({cluster.leader(topic, p) for p in range(4)}) == [1, 2]
+
+
+def transform(bootstrap: str, source: str, sink: str, expected: int, stop_after: float,
+              progress: list[int]) -> int:
+    """A consume-transform-produce app, exactly once: read ``source``, upper-case each value,
+    write it to ``sink`` and commit the input offsets in the same transaction. A step that
+    fails retriably (a leader or coordinator down) is tried again; a transaction that needs
+    an abort is aborted and its input read again from the committed offsets. Returns how
+    many records it committed (``progress`` gets the count after each commit)."""
+    group = f"transform-{source}"
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "isolation.level": "read_committed"})
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": group,
+                         "transaction.timeout.ms": 60000})
+    producer.init_transactions(30)
+    consumer.subscribe([source])
+    done = 0
+    deadline = time.monotonic() + stop_after
+    try:
+        while done < expected and time.monotonic() < deadline:
+            batch = [m for m in consumer.consume(10, timeout=0.5) if m.error() is None]
+            if not batch:
+                continue
+            producer.begin_transaction()
+            for msg in batch:
+                producer.produce(sink, msg.value().upper(), key=msg.key())
+            offsets = consumer.position(consumer.assignment())
+            if committed_in_transaction(producer, consumer, offsets, deadline):
+                done += len(batch)
+                progress.append(done)
+            else:  # aborted: read the batch again from the last committed offsets
+                for tp in consumer.committed(consumer.assignment(), timeout=30):
+                    consumer.seek(TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)))
+    finally:
+        consumer.close()
+    return done
+
+
+def committed_in_transaction(producer: Producer, consumer: Consumer, offsets: list,
+                             deadline: float) -> bool:
+    """The input offsets sent and the transaction committed: True; False when it had to be
+    aborted. Retriable errors are retried until ``deadline``."""
+    offsets_sent = False
+    while True:
+        try:
+            if not offsets_sent:
+                producer.send_offsets_to_transaction(
+                    offsets, consumer.consumer_group_metadata(), 10)
+                offsets_sent = True
+            producer.commit_transaction(10)
+            return True
+        except KafkaException as e:
+            error = e.args[0]
+            if error.txn_requires_abort():
+                producer.abort_transaction(30)
+                return False
+            if not error.retriable() or time.monotonic() > deadline:
+                raise
+
+
+def test_a_transform_app_survives_a_leader_crash(mini_broker_cluster):
+    cluster = mini_broker_cluster
+    source, sink = create_topic(cluster, partitions=1), create_topic(cluster, partitions=1)
+    inputs = [f"event-{i}".encode() for i in range(300)]
+    assert produce(cluster.bootstrap_servers, source, 0, inputs) == [None] * 300
+
+    result: list[int] = []
+    progress: list[int] = []
+    app = threading.Thread(target=lambda: result.append(
+        transform(cluster.bootstrap_servers, source, sink, 300, 120, progress)))
+    app.start()
+    cluster.wait_for(lambda: progress, timeout=60)  # the first transaction committed
+    cluster.kill(cluster.leader(sink, 0))  # the output's leader crashes mid-stream
+    assert progress[-1] < 300
+    time.sleep(3)
+    cluster.heal()
+    app.join(150)
+
+    assert result == [300]
+    output = read(cluster.bootstrap_servers, sink, 0, 300, **{"isolation.level":
+                                                                "read_committed"})
+    assert output == [v.upper() for v in inputs]  # each input once, in order
