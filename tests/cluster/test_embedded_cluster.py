@@ -71,7 +71,7 @@ def read_partition(bootstrap: str, topic: str, partition: int, n: int,
         while len(values) < n and time.monotonic() < deadline:
             msg = consumer.poll(0.2)
             if msg is not None and msg.error() is None:
-                values.append(msg.value())
+                values.append(msg.value() or b"")
     finally:
         consumer.close()
     return values
@@ -115,7 +115,7 @@ def test_three_brokers_registered_with_a_controller(cluster: EmbeddedCluster) ->
 
 def test_leader_replicas_and_isr_come_from_etcd(cluster: EmbeddedCluster) -> None:
     topic = new_topic(cluster, partitions=3)
-    leaders = [cluster.leader(topic, p) for p in range(3)]
+    leaders = [cluster.wait_for_leader(topic, p) for p in range(3)]
     assert sorted(leaders) == [1, 2, 3]  # one partition per broker (Kafka's placement)
     for p, leader in enumerate(leaders):
         assert cluster.replicas(topic, p) == [leader]
