@@ -47,6 +47,7 @@ from broker.cluster.topic_state import PartitionState, TopicAssignment, state_ke
 from broker.interbroker.client import BrokerUnavailable
 from broker.server import Broker
 from broker.testing.embedded import EmbeddedBroker, property_name
+from broker.testing.faults import Fault
 
 logger = structlog.get_logger("broker.testing")
 
@@ -195,6 +196,26 @@ class ClusterBroker:
         if self._pause_over is not None:
             self._pause_over.set()
             self._pause_over = None
+
+    # -- the single broker's faults, on this broker ---------------------------------------------
+    def inject_errors(self, api: str | int, error: str | int, count: int | None = 1,
+                      topic: str | None = None, partition: int | None = None) -> Fault:
+        """EmbeddedBroker.inject_errors on this broker (its clients' requests)."""
+        return self.embedded.inject_errors(api, error, count, topic, partition)
+
+    def delay(self, api: str | int, ms: float, count: int | None = 1) -> Fault:
+        return self.embedded.delay(api, ms, count)
+
+    def drop_connections(self, after: int = 0) -> Fault:
+        return self.embedded.drop_connections(after)
+
+    def clear_faults(self) -> None:
+        self.embedded.clear_faults()
+
+    @property
+    def fault_counts(self) -> dict[tuple[str, str], int]:
+        """This broker's request faults fired, by (kind, API name)."""
+        return self.embedded.fault_counts
 
     def drop_links(self, peers: Iterable[int]) -> None:
         """Close this broker's connections to ``peers`` (their requests in flight fail)."""
@@ -464,12 +485,14 @@ class EmbeddedCluster:
         self.wait_for_leader(topic, partition, node, timeout)
 
     def heal(self, timeout: float = 30.0) -> None:
-        """Undo every fault: links and etcd reachable again, pauses over, every broker that is
-        not running (killed or stopped) started again on its port, a killed one recovering.
+        """Undo every fault: links and etcd reachable again, pauses over, each broker's request
+        faults cleared, every broker that is not running (killed or stopped) started again on
+        its port, a killed one recovering.
         Returns once every broker is registered again."""
         self.heal_links()
         for broker in self.brokers:
             broker.resume()
+            broker.clear_faults()
         for broker in self.brokers:
             if not broker.running:
                 broker.start()

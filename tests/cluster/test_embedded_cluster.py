@@ -229,6 +229,20 @@ def test_move_leader_goes_through_the_controller(cluster: EmbeddedCluster) -> No
         cluster.move_leader("no-such-topic", 0, 1)
 
 
+def test_a_brokers_own_request_faults(cluster: EmbeddedCluster) -> None:
+    topic = new_topic(cluster, partitions=1)
+    leader = cluster.broker(cluster.wait_for_leader(topic, 0))
+    leader.inject_errors("Produce", "NOT_LEADER_OR_FOLLOWER", count=2, topic=topic)
+    assert produce(cluster.bootstrap_servers, topic, 0, [b"once"]) == [None]
+    assert leader.fault_counts[("error", "Produce")] == 2
+    leader.delay("Produce", 5000, count=None)
+    cluster.heal()  # clears it: the next produce is not held
+    started = time.monotonic()
+    assert produce(cluster.bootstrap_servers, topic, 0, [b"twice"]) == [None]
+    assert time.monotonic() - started < 5
+    assert read_partition(cluster.bootstrap_servers, topic, 0, 2) == [b"once", b"twice"]
+
+
 def test_factory_and_async_mode(tmp_path: Path) -> None:
     import asyncio
 
