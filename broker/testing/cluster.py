@@ -312,14 +312,14 @@ class EmbeddedCluster:
             # etcd's own temp dir, on tmpfs where there is one: etcd 3.4 fsyncs every write.
             self.etcd = EtcdProcess()
         self.etcd.start()
-        if not self.brokers:
-            common = {**self.properties, "minibroker.etcd.endpoints": self.etcd.endpoint,
-                      "minibroker.etcd.prefix": PREFIX}
-            self.brokers = [
-                ClusterBroker(i, free_port(), self.data_dir / f"broker-{i}", self.faults, common,
-                              self.registered)
-                for i in range(1, self.nodes + 1)]
         try:
+            if not self.brokers:  # a bad property raises here, etcd stopped by close()
+                common = {**self.properties, "minibroker.etcd.endpoints": self.etcd.endpoint,
+                          "minibroker.etcd.prefix": PREFIX}
+                self.brokers = [
+                    ClusterBroker(i, free_port(), self.data_dir / f"broker-{i}", self.faults,
+                                  common, self.registered)
+                    for i in range(1, self.nodes + 1)]
             with concurrent.futures.ThreadPoolExecutor(self.nodes) as pool:
                 for done in [pool.submit(b.start) for b in self.brokers]:
                     done.result()

@@ -255,6 +255,10 @@ def test_factory_and_async_mode(tmp_path: Path) -> None:
     assert not listening(port)
     with pytest.raises(ValueError):
         EmbeddedCluster(0)
+    bad = EmbeddedCluster(1, tmp_path / "bad", log_retention_ms="soon")
+    with pytest.raises(Exception, match="log.retention.ms"):
+        bad.start()
+    assert bad.etcd is not None and not bad.etcd.running()
 
 
 USER_TESTS = """
