@@ -13,7 +13,7 @@ compacted start revision ends the stream with ``WatchCompacted``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import aetcd
@@ -132,9 +132,14 @@ class EtcdStore(MetadataStore):
         self._connected = False
         self._watch_stub: Any = None
         self.clock = LoopClock(asyncio.get_running_loop())
+        #: A test's fault hook (broker.testing.cluster): called before every request and on
+        #: every watch response; it raises StoreUnavailable while etcd is "unreachable".
+        self.fault: Callable[[], None] | None = None
 
     async def connect(self) -> EtcdStore:
         """Open the channel (no round trip: gRPC connects on the first request)."""
+        if self.fault is not None:
+            self.fault()
         if not self._connected:
             try:
                 await self._client.connect()
@@ -379,6 +384,8 @@ class _EtcdWatchStream(WatchStream):
             raise
         if resp is grpc.aio.EOF:
             raise StoreUnavailable("watch stream ended")
+        if self.store.fault is not None:
+            self.store.fault()
         if resp.compact_revision:
             raise WatchCompacted(resp.compact_revision)
         return resp

@@ -31,7 +31,7 @@ import contextlib
 import random
 import ssl
 import struct
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,9 @@ SASL_AUTHENTICATE_VERSION = 2
 SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
 TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 Resolver = Callable[[int], "tuple[str, int] | None"]
+#: A test's fault on the link to a peer (broker.testing.cluster), awaited with the peer's node
+#: id before each request and connection: it delays, or raises BrokerUnavailable (a cut).
+LinkFault = Callable[[int], Awaitable[None]]
 
 
 class InterBrokerError(Exception):
@@ -289,6 +292,7 @@ class BrokerConnection:
         self._read_task: asyncio.Task[None] | None = None
         self.closed = False
         self.error: BaseException | None = None
+        self.fault: LinkFault | None = None
 
     async def open(self) -> BrokerConnection:
         """Connect, negotiate ApiVersions, authenticate; the whole within the request timeout."""
@@ -365,6 +369,8 @@ class BrokerConnection:
     async def send(self, api_key: int, build: Callable[[int], Any], newest: int) -> Any:
         """``build(version)``'s request, answered; RequestTimedOut (and the connection closed)
         when the answer does not come within request.timeout.ms."""
+        if self.fault is not None:
+            await self.fault(self.node_id)
         version = self.version(api_key, newest)
         return await self._exchange(api_key, version, build(version))
 
@@ -462,6 +468,14 @@ class InterBrokerClient:
         self._nodes: dict[int, _NodeState] = {}
         self.connects = 0  # connections made (metrics, tests)
         self._closed = False
+        self.fault: LinkFault | None = None
+
+    def set_fault(self, fault: LinkFault | None) -> None:
+        """A test's fault on every link of this broker, the open connections' included."""
+        self.fault = fault
+        for state in self._nodes.values():
+            if state.connection is not None:
+                state.connection.fault = fault
 
     async def send(self, node_id: int, api_key: int, build: Callable[[int], Any],
                    newest: int) -> Any:
@@ -506,11 +520,14 @@ class InterBrokerClient:
                 return state.connection
 
     async def _connect(self, node_id: int) -> BrokerConnection:
+        if self.fault is not None:
+            await self.fault(node_id)
         endpoint = self.resolve(node_id)
         if endpoint is None:
             raise BrokerUnavailable(f"broker {node_id} is not live on listener "
                                     f"{self.settings.listener}")
         connection = await BrokerConnection(node_id, *endpoint, self.settings).open()
+        connection.fault = self.fault
         self.connects += 1
         logger.info("connected to broker", node_id=node_id, host=endpoint[0], port=endpoint[1],
                     listener=self.settings.listener)

@@ -6,12 +6,18 @@ Fixtures:
   temporary data dir; ``mini_broker.bootstrap_servers`` is what clients connect to;
 - ``mini_broker_factory``: ``mini_broker_factory(**server_properties)`` makes an EmbeddedBroker
   (not started: use it as a context manager, ``with`` or ``async with``); every broker it made
-  is closed at the end of the test. ``clock="manual"`` gives one on a manual clock.
+  is closed at the end of the test. ``clock="manual"`` gives one on a manual clock;
+- ``mini_broker_cluster``: an EmbeddedCluster of three brokers (and its etcd) for the whole
+  session; faults armed on it are healed after each test that used it;
+- ``mini_broker_cluster_factory``: ``mini_broker_cluster_factory(nodes=3, **server_properties)``
+  makes an EmbeddedCluster (not started: use it as a context manager); every cluster it made
+  is closed at the end of the test.
 
-``--kafka-bootstrap HOST:PORT`` points both fixtures at an external cluster instead (a real
+``--kafka-bootstrap HOST:PORT`` points every fixture at an external cluster instead (a real
 Kafka in a nightly job, say): they then give an ``ExternalCluster``, whose
 ``bootstrap_servers`` is that address, and a test that calls what only an embedded broker can
-do (fault injection, ``advance``, ``kill``) is skipped there rather than failed.
+do (fault injection, ``advance``, ``kill``, ``leader``, ``pause`` ...) is skipped there rather
+than failed.
 
 Faults armed on the session broker are cleared after each test that used it. The broker is
 imported only when a fixture is used: the plugin loads in every pytest run of the environment.
@@ -27,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from broker.testing.cluster import EmbeddedCluster
     from broker.testing.embedded import EmbeddedBroker
 
 OPTION = "--kafka-bootstrap"
@@ -76,6 +83,13 @@ def _embedded_broker() -> type[EmbeddedBroker]:
     return EmbeddedBroker
 
 
+def _embedded_cluster() -> type[EmbeddedCluster]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from broker.testing.cluster import EmbeddedCluster
+    return EmbeddedCluster
+
+
 def _external(config: pytest.Config) -> str | None:
     value = config.getoption("kafka_bootstrap", default=None)
     return str(value) if value else None
@@ -97,8 +111,12 @@ def mini_broker(request: pytest.FixtureRequest,
 def _mini_broker_faults_cleared(request: pytest.FixtureRequest) -> Iterator[None]:
     """The session broker's faults never outlive the test that armed them."""
     yield
-    if "mini_broker" in request.fixturenames and _external(request.config) is None:
+    if _external(request.config) is not None:
+        return
+    if "mini_broker" in request.fixturenames:
         request.getfixturevalue("mini_broker").clear_faults()
+    if "mini_broker_cluster" in request.fixturenames:
+        request.getfixturevalue("mini_broker_cluster").heal()
 
 
 @pytest.fixture
@@ -119,3 +137,37 @@ def mini_broker_factory(request: pytest.FixtureRequest,
     for broker in made:
         if broker.running and not broker._async:
             broker.stop()
+
+
+@pytest.fixture(scope="session")
+def mini_broker_cluster(request: pytest.FixtureRequest,
+                        tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Three brokers and their etcd for the session (an EmbeddedCluster, or the external
+    cluster)."""
+    external = _external(request.config)
+    if external is not None:
+        yield ExternalCluster(external)
+        return
+    with _embedded_cluster()(3, tmp_path_factory.mktemp("mini-broker-cluster")) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def mini_broker_cluster_factory(request: pytest.FixtureRequest,
+                                tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """``make(nodes=3, **server_properties)`` -> an EmbeddedCluster to use as a context
+    manager."""
+    external = _external(request.config)
+    made: list[EmbeddedCluster] = []
+
+    def make(nodes: int = 3, **server_properties: Any) -> Any:
+        if external is not None:
+            return ExternalCluster(external)
+        cluster = _embedded_cluster()(nodes, tmp_path / f"cluster-{len(made)}",
+                                      **server_properties)
+        made.append(cluster)
+        return cluster
+
+    yield make
+    for cluster in made:
+        cluster.close()
