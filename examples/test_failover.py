@@ -10,12 +10,18 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
-def create_topic(cluster, partitions: int = 3, replication_factor: int = 1) -> str:
+    from broker.testing import EmbeddedCluster
+
+
+def create_topic(cluster: EmbeddedCluster, partitions: int = 3, replication_factor: int = 1) -> str:
     name = f"failover-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
     admin.create_topics([NewTopic(name, partitions, replication_factor)])[name].result(30)
@@ -37,9 +43,9 @@ def produce(bootstrap: str, topic: str, partition: int, values: list[bytes]) -> 
 
 
 def read(bootstrap: str, topic: str, partition: int, n: int, timeout: float = 30.0,
-         **config: object) -> list[bytes]:
+         config: dict[str, object] | None = None) -> list[bytes]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, **config})
+                         "enable.auto.commit": False, **(config or {})})
     consumer.assign([TopicPartition(topic, partition, 0)])
     values: list[bytes] = []
     deadline = time.monotonic() + timeout
@@ -47,16 +53,17 @@ def read(bootstrap: str, topic: str, partition: int, n: int, timeout: float = 30
         while len(values) < n and time.monotonic() < deadline:
             msg = consumer.poll(0.2)
             if msg is not None and msg.error() is None:
-                values.append(msg.value())
+                values.append(msg.value() or b"")
     finally:
         consumer.close()
     return values
 
 
-def test_a_crashed_leader_comes_back_with_every_acknowledged_record(mini_broker_cluster):
+def test_a_crashed_leader_comes_back_with_every_acknowledged_record(
+        mini_broker_cluster: EmbeddedCluster) -> None:
     cluster = mini_broker_cluster
     topic = create_topic(cluster)
-    victim = cluster.leader(topic, 0)
+    victim = cluster.wait_for_leader(topic, 0)
     acked = [f"order-{i}".encode() for i in range(50)]
     assert produce(cluster.bootstrap_servers, topic, 0, acked) == [None] * 50
 
@@ -70,7 +77,8 @@ def test_a_crashed_leader_comes_back_with_every_acknowledged_record(mini_broker_
     assert read(cluster.bootstrap_servers, topic, 0, 50) == acked
 
 
-def test_another_broker_becomes_controller_when_the_controller_stalls(mini_broker_cluster):
+def test_another_broker_becomes_controller_when_the_controller_stalls(
+        mini_broker_cluster: EmbeddedCluster) -> None:
     cluster = mini_broker_cluster
     controller = cluster.wait_for_controller()
     cluster.pause(controller, 30)  # its event loop stalls: no lease refresh, no answers
@@ -81,10 +89,11 @@ def test_another_broker_becomes_controller_when_the_controller_stalls(mini_broke
     assert cluster.leader(topic, 0) != controller
 
 
-def test_an_isolated_broker_loses_its_lease_but_still_answers_clients(mini_broker_cluster):
+def test_an_isolated_broker_loses_its_lease_but_still_answers_clients(
+        mini_broker_cluster: EmbeddedCluster) -> None:
     cluster = mini_broker_cluster
     topic = create_topic(cluster)
-    zombie = cluster.leader(topic, 0)
+    zombie = cluster.wait_for_leader(topic, 0)
     cluster.isolate(zombie)  # cut from etcd and the other brokers, not from clients
     cluster.wait_for(lambda: zombie not in cluster.registered(), timeout=15)
     cluster.wait_for(lambda: cluster.leader(topic, 0) is None, timeout=15)
@@ -95,7 +104,8 @@ def test_an_isolated_broker_loses_its_lease_but_still_answers_clients(mini_broke
     assert cluster.wait_for_leader(topic, 0) == zombie
 
 
-def test_a_transaction_across_a_partition_commits_after_heal(mini_broker_cluster):
+def test_a_transaction_across_a_partition_commits_after_heal(
+        mini_broker_cluster: EmbeddedCluster) -> None:
     """The partition leader asks the transaction coordinator to verify each transactional
     write: with the two brokers partitioned nothing is acknowledged and the commit times out;
     after heal, the retried commit succeeds and a read_committed consumer sees the records."""
@@ -119,19 +129,19 @@ def test_a_transaction_across_a_partition_commits_after_heal(mini_broker_cluster
     except KafkaException as e:
         assert e.args[0].retriable(), e
     assert read(cluster.bootstrap_servers, topic, partition, 5, timeout=3,
-                **{"isolation.level": "read_committed"}) == []
+                config={"isolation.level": "read_committed"}) == []
 
     cluster.heal()
     producer.commit_transaction(30)
     assert read(cluster.bootstrap_servers, topic, partition, 5,
-                **{"isolation.level": "read_committed"}) == values
+                config={"isolation.level": "read_committed"}) == values
 
 
-def test_a_cluster_of_its_own(mini_broker_cluster_factory):
+def test_a_cluster_of_its_own(mini_broker_cluster_factory: Callable[..., EmbeddedCluster]) -> None:
     with mini_broker_cluster_factory(nodes=2, num_partitions=4) as cluster:
         topic = f"own-{uuid.uuid4().hex[:8]}"
         assert produce(cluster.bootstrap_servers, topic, 3, [b"x"]) == [None]
-        assert sorted({cluster.leader(topic, p) for p in range(4)}) == [1, 2]
+        assert sorted({cluster.wait_for_leader(topic, p) for p in range(4)}) == [1, 2]
 
 
 def transform(bootstrap: str, source: str, sink: str, expected: int, stop_after: float,
@@ -158,7 +168,7 @@ def transform(bootstrap: str, source: str, sink: str, expected: int, stop_after:
                 continue
             producer.begin_transaction()
             for msg in batch:
-                producer.produce(sink, msg.value().upper(), key=msg.key())
+                producer.produce(sink, (msg.value() or b"").upper(), key=msg.key())
             offsets = consumer.position(consumer.assignment())
             if committed_in_transaction(producer, consumer, offsets, deadline):
                 done += len(batch)
@@ -193,7 +203,7 @@ def committed_in_transaction(producer: Producer, consumer: Consumer, offsets: li
                 raise
 
 
-def test_a_transform_app_survives_a_leader_crash(mini_broker_cluster):
+def test_a_transform_app_survives_a_leader_crash(mini_broker_cluster: EmbeddedCluster) -> None:
     cluster = mini_broker_cluster
     source, sink = create_topic(cluster, partitions=1), create_topic(cluster, partitions=1)
     inputs = [f"event-{i}".encode() for i in range(300)]
@@ -205,13 +215,13 @@ def test_a_transform_app_survives_a_leader_crash(mini_broker_cluster):
         transform(cluster.bootstrap_servers, source, sink, 300, 120, progress)))
     app.start()
     cluster.wait_for(lambda: progress, timeout=60)  # the first transaction committed
-    cluster.kill(cluster.leader(sink, 0))  # the output's leader crashes mid-stream
+    cluster.kill(cluster.wait_for_leader(sink, 0))  # the output's leader crashes mid-stream
     assert progress[-1] < 300
     time.sleep(3)
     cluster.heal()
     app.join(150)
 
     assert result == [300]
-    output = read(cluster.bootstrap_servers, sink, 0, 300, **{"isolation.level":
+    output = read(cluster.bootstrap_servers, sink, 0, 300, config={"isolation.level":
                                                                 "read_committed"})
     assert output == [v.upper() for v in inputs]  # each input once, in order

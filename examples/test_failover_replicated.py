@@ -13,15 +13,21 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from typing import TYPE_CHECKING
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from broker.testing import EmbeddedCluster
 
 REPLICAS = 3
 SAFE = {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"}
 
 
-def create_replicated_topic(cluster, partitions: int = 1) -> str:
+def create_replicated_topic(cluster: EmbeddedCluster, partitions: int = 1) -> str:
     name = f"replicated-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
     admin.create_topics([NewTopic(name, partitions, REPLICAS, config=SAFE)])[name].result(30)
@@ -41,7 +47,7 @@ def read(bootstrap: str, topic: str, n: int, timeout: float = 60.0) -> list[byte
         while len(values) < n and time.monotonic() < deadline:
             msg = consumer.poll(0.2)
             if msg is not None and msg.error() is None:
-                values.append(msg.value())
+                values.append(msg.value() or b"")
     finally:
         consumer.close()
     return values
@@ -61,8 +67,8 @@ class BackgroundProducer:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _delivered(self, err, msg) -> None:
-        (self.failed.append(err) if err is not None else self.acked.append(msg.value()))
+    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
+        (self.failed.append(err) if err is not None else self.acked.append(msg.value() or b""))
 
     def _run(self) -> None:
         i = 0
@@ -88,10 +94,11 @@ class BackgroundProducer:
             time.sleep(0.05)
 
 
-def test_no_acknowledged_record_is_lost_when_the_leader_crashes(mini_broker_cluster):
+def test_no_acknowledged_record_is_lost_when_the_leader_crashes(
+        mini_broker_cluster: EmbeddedCluster) -> None:
     cluster = mini_broker_cluster
     topic = create_replicated_topic(cluster)
-    old_leader = cluster.leader(topic, 0)
+    old_leader = cluster.wait_for_leader(topic, 0)
     with BackgroundProducer(cluster.bootstrap_servers, topic) as producer:
         producer.wait_for_acks(200)
         cluster.kill(old_leader)
@@ -109,7 +116,8 @@ def test_no_acknowledged_record_is_lost_when_the_leader_crashes(mini_broker_clus
     assert len(stored) == len(set(stored))  # idempotence: nothing written twice
 
 
-def test_an_isolated_follower_leaves_the_isr_and_comes_back(mini_broker_cluster_factory):
+def test_an_isolated_follower_leaves_the_isr_and_comes_back(
+        mini_broker_cluster_factory: Callable[..., EmbeddedCluster]) -> None:
     # A follower that has not fetched for 2 s is out of the ISR (Kafka's default is 30 s).
     with mini_broker_cluster_factory(nodes=3, replica_lag_time_max_ms=2000) as cluster:
         topic = create_replicated_topic(cluster)
@@ -130,7 +138,7 @@ def test_an_isolated_follower_leaves_the_isr_and_comes_back(mini_broker_cluster_
         assert sorted(cluster.wait_for_isr(topic, 0, REPLICAS, timeout=60)) == [1, 2, 3]
 
 
-def test_a_consumer_follows_a_moved_leader(mini_broker_cluster):
+def test_a_consumer_follows_a_moved_leader(mini_broker_cluster: EmbeddedCluster) -> None:
     cluster = mini_broker_cluster
     topic = create_replicated_topic(cluster)
     producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
@@ -144,7 +152,7 @@ def test_a_consumer_follows_a_moved_leader(mini_broker_cluster):
         while len(values) < n and time.monotonic() < deadline:
             msg = consumer.poll(0.2)
             if msg is not None and msg.error() is None:
-                values.append(msg.value())
+                values.append(msg.value() or b"")
 
     try:
         for i in range(10):
