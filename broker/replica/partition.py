@@ -379,7 +379,7 @@ class Partition:
             self.isr = (broker_id,)
             self.partition_epoch = max(self.partition_epoch, committed.partition_epoch)
             if replication is None:
-                return False
+                return self._lead_alone()
             replication.followers, replication.pending_isr = {}, None
             moved = self.maybe_increment_high_watermark()
             self.replication = None
@@ -401,6 +401,18 @@ class Partition:
             for follower in replication.followers.values():
                 follower.reset(now, self.log_end_offset, follower.broker_id in self.isr)
         return self.maybe_increment_high_watermark()
+
+    def _lead_alone(self) -> bool:
+        """Leading with no followers, an ISR of one (Kafka's maybeIncrementLeaderHW): all
+        this replica holds is committed, up to what is durable when the flush gates the high
+        watermark. A partition that followed until now may have had a lower high watermark
+        (the leader's, or its checkpoint's). Whether it moved."""
+        end = self.log.recovery_point if self.hw_gated_by_flush else self.log_end_offset
+        if end <= self.high_watermark:
+            return False
+        at_bytes = self.appended_bytes if end == self.log_end_offset else self.hw_bytes + 1
+        self._set_high_watermark(end, at_bytes)
+        return True
 
     def _restore_high_watermark(self, replication: LeaderReplication) -> None:
         """Leading with followers for the first time since the broker started: the high

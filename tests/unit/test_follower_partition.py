@@ -79,3 +79,26 @@ async def test_follower_high_watermark_and_log_start(parts: Components,
     assert (p.log_end_offset, p.high_watermark) == (8, 8)
     p.truncate_fully_and_start_at(40)
     assert (p.log_start_offset, p.log_end_offset, p.high_watermark) == (40, 40, 40)
+
+
+async def test_a_follower_left_alone_as_leader_commits_its_whole_log(
+        parts: Components, tmp_path: Path) -> None:
+    """A sole replica that followed until now (its high watermark below its end, as after a
+    restart from the checkpoint) leads with an ISR of one: all it holds is committed."""
+    parts.topics.create_topic(TOPIC, 1, {})
+    rm = parts.replica_manager
+    rm.broker_id = 0
+    rm.make_follower(TP, 1, 3, [0, 1], [0, 1], 0, partition=rm.partitions[TP])
+    p = rm.follower_partitions[TP]
+    leader = leader_log(tmp_path, 5)
+    assert p.append_as_follower(bytes(leader.read(0, MAX_BYTES, None, True)), T0) is not None
+    assert p.update_follower_high_watermark(4)
+    assert (p.log_end_offset, p.high_watermark) == (10, 4)
+    taken = rm.remove_follower_partition(TP)
+    assert taken is p
+    rm.add_partition(p)
+    rm.make_leader(TP, 4, replicas=[0], isr=[0], partition_epoch=1)
+    assert p.high_watermark == 10
+    fetch = rm.fetch_messages([PartitionFetch(TP, 0, MAX_BYTES)], MAX_BYTES, 0, 0)
+    assert fetch.result()[0].error == ErrorCode.NONE
+    assert fetch.result()[0].high_watermark == 10
