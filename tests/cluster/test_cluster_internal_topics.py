@@ -9,6 +9,7 @@ controller), each partition on three replicas, the transaction log with min.insy
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Iterator
@@ -83,7 +84,7 @@ def test_internal_topics_wait_for_their_replication_factor_then_go_through_the_c
         return answer if answer.error_code == 0 else None
 
     for key_type in (GROUP_TYPE, TXN_TYPE):
-        answer = eventually(lambda key_type=key_type: found(key_type), 30)
+        answer = eventually(functools.partial(found, key_type), 30)
         assert answer.node_id in (1, 2, 3)
     proposed = {e.get("topic") for e in asked.new_log_lines()
                 if e.get("event") == "topic proposed to the controller"}
