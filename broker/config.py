@@ -104,6 +104,9 @@ class Key:
     # Kafka's key, accepted so a Kafka file starts, but nothing here reads it: given, it is
     # named in the start-up warning of keys not used, as the keys outside KEYS are.
     unused: bool = False
+    # Read in cluster mode only (the internal topics' replication): named in that warning
+    # when given to a single broker (no minibroker.etcd.endpoints), which keeps one replica.
+    cluster_only: bool = False
 
 
 KEYS: dict[str, Key] = {
@@ -329,6 +332,12 @@ KEYS: dict[str, Key] = {
         Key("minibroker.gc.gen0.threshold", int, "50000",
             "gen0's threshold under the tuned policy (CPython's default is 700).", min=1),
         Key("offsets.topic.num.partitions", int, "50", "Partitions of __consumer_offsets.", min=1),
+        Key("offsets.topic.replication.factor", int, "3",
+            "Replicas of __consumer_offsets in cluster mode: until that many brokers are "
+            "alive the topic is not created and FindCoordinator answers "
+            "COORDINATOR_NOT_AVAILABLE, as Kafka. A single broker (no etcd) keeps its one "
+            "replica whatever this says.", min=1, max=32767,
+            cluster_only=True),
         Key("offsets.topic.segment.bytes", int, "104857600",
             "Segment size of __consumer_offsets (smaller segments compact sooner).", min=1),
         Key("offsets.retention.minutes", int, "10080",
@@ -339,10 +348,16 @@ KEYS: dict[str, Key] = {
             "Partitions of __transaction_state.", min=1),
         Key("transaction.state.log.segment.bytes", int, "104857600",
             "Segment size of __transaction_state.", min=14),
-        Key("transaction.state.log.replication.factor", int, "1",
-            "Accepted for compatibility: one broker keeps one replica.", min=1, unused=True),
-        Key("transaction.state.log.min.isr", int, "1",
-            "Accepted for compatibility: one broker keeps one replica.", min=1, unused=True),
+        Key("transaction.state.log.replication.factor", int, "3",
+            "Replicas of __transaction_state in cluster mode: until that many brokers are "
+            "alive the topic is not created and FindCoordinator answers "
+            "COORDINATOR_NOT_AVAILABLE, as Kafka. A single broker (no etcd) keeps its one "
+            "replica whatever this says.", min=1, max=32767,
+            cluster_only=True),
+        Key("transaction.state.log.min.isr", int, "2",
+            "min.insync.replicas of __transaction_state in cluster mode (the topic's config, "
+            "set when it is created). A single broker's one replica ignores it.", min=1,
+            cluster_only=True),
         Key("transaction.max.timeout.ms", int, "900000",
             "Largest transaction.timeout.ms a producer may ask for.", min=1),
         Key("transactional.id.expiration.ms", int, "604800000",
@@ -659,6 +674,8 @@ class BrokerConfig:
         config = cls(values, raw, per_listener)
         config.unused_keys = sorted(
             unused + [n for n in raw if n in KEYS and KEYS[n].unused]
+            + [n for n in raw if n in KEYS and KEYS[n].cluster_only
+               and not values["minibroker.etcd.endpoints"]]
             + [n for n in raw if n in ALIASES and n not in aliases_used])
         config._check_listeners()
         config._check_groups()

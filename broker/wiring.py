@@ -27,6 +27,7 @@ from pathlib import Path
 from broker.apis.context import ApiContext, Node
 from broker.client_telemetry import ClientTelemetry
 from broker.cluster.broker_node import ClusterNode
+from broker.cluster.group_topics import ClusterTopicsImage
 from broker.cluster.metadata_cache import ClusterMetadataCache
 from broker.config import BrokerConfig
 from broker.group.coordinator import GroupConfig, GroupCoordinator
@@ -147,6 +148,8 @@ class Owners:
         if cluster is not None:
             self._replica_fetchers(cluster)
             groups.follow_partition_leadership()
+            # The consumer protocol's assignor sees the cluster's topics, not this broker's.
+            groups.consumer.metadata = ClusterTopicsImage(cluster.cache, self.metadata)
             transactions.follow_partition_leadership()
             self._transactions_across_brokers(cluster, transactions)
         groups.start()

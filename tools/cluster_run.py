@@ -154,6 +154,16 @@ def etcd_child(plan: Plan, binary: str) -> tuple[Child, EtcdProcess]:
     return Child("etcd", member.args(), clean_codes=(0, -signal.SIGINT)), member
 
 
+#: The internal topics on one replica each, as Kafka's own single-node quickstart sets them:
+#: Kafka's defaults (3 replicas, min ISR 2 for transactions) need followers that fetch, which
+#: the cluster does not have yet (docs/cluster.md).
+INTERNAL_TOPICS_ONE_REPLICA = {
+    "offsets.topic.replication.factor": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+}
+
+
 def broker_child(plan: Plan, node_id: int) -> Child:
     port = plan.broker_ports[node_id - 1]
     overrides = {
@@ -164,6 +174,7 @@ def broker_child(plan: Plan, node_id: int) -> Child:
         "minibroker.etcd.endpoints": plan.etcd_endpoint,
         "metrics.listener": f"http://127.0.0.1:{plan.metrics_ports[node_id - 1]}/metrics",
         "log.format": plan.log_format,
+        **INTERNAL_TOPICS_ONE_REPLICA,
     }
     args = [sys.executable, "-m", "broker", str(plan.config)]
     for key, value in overrides.items():

@@ -97,6 +97,10 @@ async def _create_one(ctx: ApiContext, cluster: ClusterNode, controller: TopicCo
     except KafkaError as e:
         return _create_error(t.name, e.error_code, str(e))
     if validate_only:
+        try:
+            await controller.brokers_known()
+        except StoreError as e:
+            return _create_error(t.name, ErrorCode.REQUEST_TIMED_OUT, str(e))
         result = _validate_new_topic(cluster, controller, t.name, partitions, rf, assignment)
     else:
         result = await _or_timed_out(t.name, controller.create_topic(

@@ -72,7 +72,7 @@ def _error(gid: str, code: ErrorCode, message: str | None = None) -> Described:
 
 def _described(ctx: ApiContext, group: ConsumerGroup, ops: int) -> Described:
     consumer = ctx.groups.consumer
-    names = {info.topic_id: name for name, info in ctx.topics.metadata.topics.items()}
+    names = {info.topic_id: name for name, info in consumer.metadata.topics.items()}
     return Described(
         error_code=0, error_message=None, group_id=group.group_id,
         group_state=group.state.value, group_epoch=group.group_epoch,

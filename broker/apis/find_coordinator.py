@@ -10,8 +10,9 @@ In cluster mode the coordinator is the leader of the key's partition of the topi
 id's or transactional id's hash, as each coordinator computes it), with its endpoint on the
 listener the request came in on. A topic the cluster does not have yet is created through the
 controller (Kafka's createInternalTopic, its partitions from offsets.topic.num.partitions /
-transaction.state.log.num.partitions); until the key's partition has a live leader the answer
-is COORDINATOR_NOT_AVAILABLE, which clients retry.
+transaction.state.log.num.partitions, its replicas from offsets.topic.replication.factor /
+transaction.state.log.replication.factor, not before that many brokers are alive); until the
+key's partition has a live leader the answer is COORDINATOR_NOT_AVAILABLE, which clients retry.
 
 Key types other than group (0) and transaction (1) are an INVALID_REQUEST (no share coordinator
 is served). With ACLs on, each key needs DESCRIBE on its group (GROUP_AUTHORIZATION_FAILED) or
@@ -103,15 +104,18 @@ def _cluster_coordinator(ctx: ApiContext, key_type: int, key: str, listener: str
     cfg = ctx.config
     if key_type == GROUP:
         name, partitions = OFFSETS_TOPIC, cfg["offsets.topic.num.partitions"]
+        replication_factor = cfg["offsets.topic.replication.factor"]
         configs = {"cleanup.policy": "compact",
                    "segment.bytes": str(cfg["offsets.topic.segment.bytes"])}
     else:
         name, partitions = TRANSACTION_TOPIC, cfg["transaction.state.log.num.partitions"]
+        replication_factor = cfg["transaction.state.log.replication.factor"]
         configs = {"cleanup.policy": "compact", "compression.type": "uncompressed",
+                   "min.insync.replicas": str(cfg["transaction.state.log.min.isr"]),
                    "segment.bytes": str(cfg["transaction.state.log.segment.bytes"])}
     topic = cluster.cache.topic(name)
     if topic is None:
-        cluster.ensure_internal_topic(name, partitions, configs)
+        cluster.ensure_internal_topic(name, partitions, replication_factor, configs)
         return None
     if not topic.partitions:
         return None

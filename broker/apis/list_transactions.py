@@ -1,7 +1,9 @@
 """ListTransactions (key 66): the transactional ids this coordinator knows, filtered by state
 names and producer ids (every filter given must match; unknown state names are echoed back),
 and from v1 by duration: only transactions running longer than ``duration_filter`` ms. Only the
-ids the principal may DESCRIBE are listed (no error), as Kafka answers."""
+ids the principal may DESCRIBE are listed (no error), as Kafka answers. In cluster mode, the
+ids of the `__transaction_state` partitions this broker leads; COORDINATOR_LOAD_IN_PROGRESS
+(nothing listed) while one of them is loading."""
 
 from __future__ import annotations
 

@@ -2,7 +2,9 @@
 brokers send it to partition leaders; the admin client's abortTransaction sends it too).
 
 Each marker is appended to its partitions with acks=all through the ReplicaManager; an unknown
-partition is UNKNOWN_TOPIC_OR_PARTITION without an append. Once markers on `__consumer_offsets`
+partition is UNKNOWN_TOPIC_OR_PARTITION without an append, and in cluster mode a partition the
+cluster has but another broker leads is NOT_LEADER_OR_FOLLOWER (the coordinator then finds
+the new leader), as Kafka's appendRecords answers. Once markers on `__consumer_offsets`
 are written the group coordinator materializes (or drops) the producer's pending offsets, as
 Kafka's handleWriteTxnMarkersRequest does; if that fails those partitions answer
 UNKNOWN_SERVER_ERROR. Needs ALTER or CLUSTER_ACTION on the cluster: without either every
@@ -58,8 +60,12 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
 def _write(ctx: ApiContext, marker) -> Completion[dict[TopicPartition, ErrorCode]]:  # type: ignore[no-untyped-def]
     """One marker's partitions and their errors, once its appends are committed."""
     tps = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
-    errors = {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for tp in tps
-              if tp not in ctx.replica_manager.partitions}
+    served = ctx.replica_manager.partitions
+    led_elsewhere = (set() if ctx.cluster is None
+                     else ctx.cluster.not_led((tp for tp in tps if tp not in served), served))
+    errors = {tp: (ErrorCode.NOT_LEADER_OR_FOLLOWER if tp in led_elsewhere
+                   else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+              for tp in tps if tp not in served}
     known = [tp for tp in tps if tp not in errors]
     if not known:
         return completed(errors)

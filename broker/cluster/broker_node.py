@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import structlog
 
-from broker.cluster.controller import ControllerContext, ControllerMoved, decode_controller
+from broker.cluster.controller import ControllerMoved
 from broker.cluster.isr_writer import StoreIsrWriter
 from broker.cluster.lease_keeper import lost_unreachable
 from broker.cluster.liveness import BrokerLivenessView
@@ -37,7 +37,6 @@ from broker.cluster.partition_watcher import (
     LocalReplicaTransitions,
     PartitionStateWatcher,
 )
-from broker.cluster.paths import CONTROLLER, CONTROLLER_EPOCH
 from broker.cluster.placement import PlacementError
 from broker.cluster.producer_id_block import ClusterProducerIdManager
 from broker.cluster.registration import BrokerInfo
@@ -67,9 +66,6 @@ logger = structlog.get_logger("broker.cluster")
 
 T = TypeVar("T")
 TopicPartition = tuple[str, int]
-#: Internal topics have one replica until replication is built: a second replica that never
-#: fetched must not be electable (its empty log would lose the committed state).
-INTERNAL_TOPIC_REPLICATION_FACTOR = 1
 
 
 class LeadershipListener(Protocol):
@@ -127,6 +123,8 @@ class ClusterNode:
         self.producer_ids = ClusterProducerIdManager(self.store, settings.node_id)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._creating: set[str] = set()  # topics being created (internal or auto-created)
+        #: Internal topics not created for want of brokers: the live count last logged.
+        self._short_of_brokers: dict[str, int] = {}
         self._stopped = False
         #: Requests to the other brokers (set by the server): one connection per peer, for
         #: transaction markers and verification now, follower fetches later.
@@ -274,58 +272,30 @@ class ClusterNode:
 
     # -- the coordinators' internal topics -----------------------------------------------------
 
-    def ensure_internal_topic(self, name: str, partitions: int, configs: dict[str, str]
-                              ) -> None:
-        """Kafka's auto-creation of ``__consumer_offsets`` / ``__transaction_state`` on the
-        first FindCoordinator: created once, in the background, by the controller's
-        ``create_topic`` (placement over the live brokers, one txn, the controller's epoch
-        fence); the caller answers COORDINATOR_NOT_AVAILABLE until its partitions have
-        leaders. On a broker that is not the controller the write is made here, fenced by the
-        current controller's epoch, as Kafka's brokers wrote a new topic's znode themselves
-        for the controller to take up."""
+    def ensure_internal_topic(self, name: str, partitions: int, replication_factor: int,
+                              configs: dict[str, str]) -> None:
+        """Kafka's creation of ``__consumer_offsets`` / ``__transaction_state`` on the first
+        FindCoordinator, made as an auto-created topic is (``auto_create_topic``: the
+        controller's ``create_topic`` here, else a proposal the controller completes), with
+        the topic's replication factor (``offsets.topic.replication.factor`` /
+        ``transaction.state.log.replication.factor``). Fewer live brokers than that: not
+        created (logged when the count changes), and the caller answers
+        COORDINATOR_NOT_AVAILABLE, as Kafka's brokers did until enough brokers were up."""
         if self._stopped or name in self._creating or self.cache.topic(name) is not None:
             return
-        self._creating.add(name)
-
-        async def create() -> None:
-            try:
-                controller = self.controller or await self._fenced_controller()
-                if controller is None:
-                    logger.info("no controller yet: internal topic not created", topic=name)
-                    return
-                result = await controller.create_topic(
-                    name, partitions, INTERNAL_TOPIC_REPLICATION_FACTOR, configs=configs)
-                if result.ok or result.error_code is ErrorCode.TOPIC_ALREADY_EXISTS:
-                    logger.info("internal topic created", topic=name, partitions=partitions,
-                                error=result.error_code.name)
-                else:
-                    logger.warning("internal topic not created", topic=name,
-                                   error=result.error_code.name, message=result.message)
-            except StoreError as e:
-                logger.warning("internal topic not created", topic=name, error=str(e))
-            finally:
-                self._creating.discard(name)
-
-        self._spawn(create())
-
-    async def _fenced_controller(self) -> TopicController | None:
-        """A topic controller writing under the current controller's epoch fence (its writes
-        fail as ``ControllerMoved`` once another election happened); None without one."""
-        controller_kv = await self.store.get(CONTROLLER)
-        epoch_kv = await self.store.get(CONTROLLER_EPOCH)
-        if controller_kv is None or epoch_kv is None:
-            return None
-        controller_id = decode_controller(controller_kv)
-        # One election txn wrote both keys: anything else is an election under way.
-        if controller_id is None or controller_kv.create_revision != epoch_kv.mod_revision:
-            return None
         try:
-            epoch = int(epoch_kv.value)
-        except ValueError:
-            return None
-        context = ControllerContext(self.store, controller_id, epoch, epoch_kv.version,
-                                    epoch_kv.mod_revision)
-        return TopicController(context, self.view)
+            placed = plan_topic(self.view, name, partitions, replication_factor)
+        except PlacementError as e:
+            live = len(self.view.live)
+            if self._short_of_brokers.get(name) != live:
+                self._short_of_brokers[name] = live
+                logger.error("internal topic not created: too few live brokers", topic=name,
+                             live_brokers=live, replication_factor=replication_factor,
+                             error=e.error_code.name)
+            return
+        self._short_of_brokers.pop(name, None)
+        self._creating.add(name)
+        self._spawn(self._auto_create(name, partitions, replication_factor, placed, configs))
 
     # -- topic auto-creation -------------------------------------------------------------------
 
@@ -346,19 +316,21 @@ class ClusterNode:
         return ErrorCode.LEADER_NOT_AVAILABLE
 
     async def _auto_create(self, name: str, partitions: int, replication_factor: int,
-                           placed: dict[int, list[int]]) -> None:
+                           placed: dict[int, list[int]],
+                           configs: dict[str, str] | None = None) -> None:
         try:
             controller = self.controller
             if controller is not None:
                 try:
-                    result = await controller.create_topic(name, partitions, replication_factor)
+                    result = await controller.create_topic(name, partitions, replication_factor,
+                                                           configs=configs)
                     if not result.ok and result.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
                         logger.warning("topic auto-creation refused", topic=name,
                                        error=result.error_code.name, message=result.message)
                     return
                 except ControllerMoved:
                     pass  # no longer the controller: propose it to the next one
-            await propose_topic(self.store, name, placed)
+            await propose_topic(self.store, name, placed, configs)
         except StoreError as e:  # the client asks again; so does this, then
             logger.warning("topic auto-creation failed", topic=name, error=str(e))
         except Exception:

@@ -57,8 +57,11 @@ class ClusterMetadataCache:
     def __init__(self, liveness: BrokerLivenessView) -> None:
         self.liveness = liveness
         self._topics: dict[str, tuple[str, dict[int, tuple[list[int], PartitionState]]]] = {}
+        #: Moves with every update taken in, so views built from the topics know when stale.
+        self.version = 0
 
     def partition_changed(self, update: PartitionUpdate) -> None:
+        self.version += 1
         if update.state is None:
             known = self._topics.get(update.topic)
             if known is not None and known[0] == update.topic_id:
@@ -92,6 +95,18 @@ class ClusterMetadataCache:
 
     def topics(self) -> list[TopicMetadata]:
         return [t for name in self.topic_names() if (t := self.topic(name)) is not None]
+
+    def partition_counts(self) -> dict[str, tuple[str, int]]:
+        """Each topic's id and its partition count: the partitions 0..n-1 that have a state
+        (a partition whose state is not here yet is not counted)."""
+        out = {}
+        for name, (topic_id, partitions) in self._topics.items():
+            count = 0
+            while count in partitions:
+                count += 1
+            if count:
+                out[name] = (topic_id, count)
+        return out
 
     def topic_name_of(self, topic_id: str) -> str | None:
         return next((n for n, (tid, _) in self._topics.items() if tid == topic_id), None)

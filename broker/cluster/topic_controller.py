@@ -54,6 +54,7 @@ from broker.cluster.store import (
     Op,
     Put,
     StoreError,
+    StoreUnavailable,
     WatchEvent,
 )
 from broker.cluster.topic_state import (
@@ -236,6 +237,7 @@ class TopicController:
         rack_aware_mode: RackAwareMode = RackAwareMode.ENFORCED,
         rng: random.Random | None = None,
         max_cas_attempts: int = 5,
+        brokers_known_timeout_s: float = 5.0,
     ) -> None:
         self.context = context
         self.store = context.store
@@ -244,6 +246,7 @@ class TopicController:
         self.rack_aware_mode = rack_aware_mode
         self.rng = rng or random.Random()
         self.max_cas_attempts = max_cas_attempts
+        self.brokers_known_timeout_s = brokers_known_timeout_s
         self.malformed = MalformedLog()
         self._lock = asyncio.Lock()
         #: Live brokers in controlled shutdown (Kafka's shuttingDownBrokerIds): never elected.
@@ -254,6 +257,19 @@ class TopicController:
 
     def _electable(self) -> set[int]:
         return self._live() - self.shutting_down
+
+    async def brokers_known(self) -> None:
+        """Wait until the liveness view has listed the brokers: a controller elected a
+        moment ago (etcd just back) has an empty view until then, and placing a topic on it
+        would refuse the request for want of brokers. ``StoreUnavailable`` (the request's
+        retriable REQUEST_TIMED_OUT) when the listing does not come in time."""
+        if self.liveness.ready.is_set():
+            return
+        try:
+            async with asyncio.timeout(self.brokers_known_timeout_s):
+                await self.liveness.ready.wait()
+        except TimeoutError:
+            raise StoreUnavailable("the live brokers are not listed yet") from None
 
     # -- topics -----------------------------------------------------------------------------
 
@@ -271,6 +287,7 @@ class TopicController:
         problem = topic_name_problem(name)
         if problem is not None:
             return TopicResult(name, ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
+        await self.brokers_known()
         async with self._lock:
             live = self._live()
             try:
@@ -312,6 +329,7 @@ class TopicController:
         partitions continue the round robin from the broker leading partition 0, with its
         replication factor; or on ``assignments`` (one replica list per new partition),
         checked against the live brokers. ``validate_only``: checked, nothing written."""
+        await self.brokers_known()
         async with self._lock:
             for _ in range(self.max_cas_attempts):
                 kv = await self.store.get(topic_key(name))
@@ -360,6 +378,7 @@ class TopicController:
         """Give the topic's partitions that have no state yet their first state (Kafka's
         onNewPartitionCreation, for a topic another broker wrote: ``propose_topic``); the
         partitions initialized. Nothing when the topic is gone or every state exists."""
+        await self.brokers_known()
         async with self._lock:
             key = topic_key(name)
             read = await self.store.txn([], [Get(key), Get(partitions_prefix(name),

@@ -61,7 +61,7 @@ from purgatory import Timer, WallClock
 if TYPE_CHECKING:
     from broker.coordinator.records import Record
     from broker.group.registry import Group, GroupRegistry
-    from broker.metadata.file_store import MetadataStore, TopicInfo
+    from broker.metadata.file_store import TopicInfo, TopicsImage
     from broker.replica.delayed_result import Completion
 
 logger = structlog.get_logger("broker.group")
@@ -137,7 +137,7 @@ class ConsumerGroupCoordinator:
     id, stay)."""
 
     def __init__(self, config: ConsumerGroupConfig, groups: GroupRegistry, timer: Timer,
-                 clock: WallClock, metadata: MetadataStore,
+                 clock: WallClock, metadata: TopicsImage,
                  write: Callable[[str, list[Record]], Completion[ErrorCode]]) -> None:
         self.config = config
         self.groups = groups  # shared with the classic protocol

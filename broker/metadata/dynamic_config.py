@@ -26,7 +26,12 @@ from broker.config import (
     parse_value,
     value_text,
 )
-from broker.metadata.file_store import STORED_TOPIC_CONFIGS, TOPIC_CONFIG_DEFAULTS, MetadataStore
+from broker.metadata.file_store import (
+    STORED_TOPIC_CONFIGS,
+    TOPIC_CONFIG_DEFAULTS,
+    MetadataStore,
+    TopicsImage,
+)
 from broker.metadata.shared_state import SharedState, shared_state_of
 from protocol.errors import ErrorCode, KafkaError
 
@@ -536,7 +541,7 @@ class GroupConfigs:
                                  f"{kind}.heartbeat.interval.ms")
 
 
-def group_setting(metadata: MetadataStore, group_id: str, key: str, default: int) -> int:
+def group_setting(metadata: TopicsImage, group_id: str, key: str, default: int) -> int:
     """A group's own value of a numeric group key, else ``default`` (the broker's)."""
     value = metadata.group_configs.get(group_id, {}).get(key)
     return int(value) if value is not None else default

@@ -18,8 +18,10 @@ import os
 import re
 import uuid
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from broker.log import disk
 from broker.log.disk import atomic_write
@@ -212,6 +214,17 @@ class TopicInfo:
     topic_id: uuid.UUID
     partitions: int
     configs: dict[str, str] = field(default_factory=dict)
+
+
+class TopicsImage(Protocol):
+    """What the consumer-group coordinator reads: topics by name and the groups' configs
+    (a single broker's ``MetadataStore``, or the cluster's topics in cluster mode)."""
+
+    @property
+    def topics(self) -> Mapping[str, TopicInfo]: ...
+
+    @property
+    def group_configs(self) -> dict[str, dict[str, str]]: ...
 
 
 class MetadataStore:

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from broker.metadata.file_store import MetadataStore
 from broker.replica.delayed_result import Completion
+from protocol.errors import ErrorCode
 
 T = TypeVar("T")
 AclDoc = dict[str, Any]  # one ACL binding's durable form (AclBinding.to_json)
@@ -80,12 +81,23 @@ class SharedState(ABC):
 
     def answer(self, response: T) -> T | Completion[T]:
         """``response`` once every change made so far is durable: at once when it is (a
-        single broker's), else later; a failed write fails the answer (the connection is
-        closed and the client retries)."""
+        single broker's), else later. When a write failed (etcd unreachable) every entry
+        the response answered NONE answers REQUEST_TIMED_OUT instead, retriable, as Kafka's
+        brokers answer a change the controller did not commit in time (their forwarding
+        timeout); entries refused before any write keep their own error."""
         flushed = self.flushed()
         if flushed.done() and flushed.exception() is None:
             return response
-        return flushed.then(lambda _: response)
+        done: Completion[T] = Completion()
+
+        def finished(c: Completion[None]) -> None:
+            error = c.exception()
+            if error is not None:
+                not_written(response, f"The change was not stored: {error}")
+            done.set_result(response)
+
+        flushed.on_done(finished)
+        return done
 
     def on_acls_changed(self, listener: Callable[[], None]) -> None:
         """``listener()`` runs when the ACLs changed other than through ``change_acls`` here
@@ -188,3 +200,26 @@ class LocalSharedState(SharedState):
 def shared_state_of(source: SharedState | MetadataStore) -> SharedState:
     """The shared state an owner is given: a metadata file means a single broker's."""
     return source if isinstance(source, SharedState) else LocalSharedState(source)
+
+
+def not_written(response: Any, message: str) -> None:
+    """Every entry of ``response`` (a struct with ``error_code``, in the lists of its fields,
+    at any depth) that answered NONE made to answer REQUEST_TIMED_OUT with ``message``."""
+    for value in [getattr(response, name, None) for name in _field_names(response)]:
+        if not isinstance(value, list):
+            continue
+        for entry in value:
+            if isinstance(entry, int | str | bytes) or entry is None:
+                continue
+            if getattr(entry, "error_code", None) == ErrorCode.NONE:
+                entry.error_code = int(ErrorCode.REQUEST_TIMED_OUT)
+                if hasattr(entry, "error_message"):
+                    entry.error_message = message
+            not_written(entry, message)
+
+
+def _field_names(struct: Any) -> list[str]:
+    """A response struct's field names (slotted protocol classes, or plain objects)."""
+    names = [n for cls in type(struct).__mro__ for n in getattr(cls, "__slots__", ())
+             if isinstance(n, str)]
+    return names + list(getattr(struct, "__dict__", {}))

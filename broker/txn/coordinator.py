@@ -597,9 +597,13 @@ class TransactionCoordinator:
     def list_transactions(self, producer_ids: Iterable[int] = (), states: Iterable[str] = (),
                           duration_ms: int = -1) -> ListTransactionsResult:
         """Kafka's listTransactionStates: every filter given must match; Dead ids are never
-        listed; ``duration_ms`` >= 0 keeps transactions running longer than it."""
+        listed; ``duration_ms`` >= 0 keeps transactions running longer than it. While a
+        partition this broker leads is loading (cluster mode), COORDINATOR_LOAD_IN_PROGRESS
+        and nothing listed, as Kafka's TransactionStateManager answers."""
         if not self._active:
             return ListTransactionsResult(E.COORDINATOR_NOT_AVAILABLE)
+        if self.ownership is not None and self.ownership.loading:
+            return ListTransactionsResult(E.COORDINATOR_LOAD_IN_PROGRESS)
         pids = set(producer_ids)
         names = list(states)
         wanted = {s for n in names if (s := S.from_kafka_name(n)) is not None}

@@ -28,6 +28,7 @@ from broker.cluster.etcd_process import EtcdProcess
 from tests.support.broker import BrokerProcess
 from tests.support.requests import produce_request, produce_response, record_batch
 from tests.support.wire import Wire
+from tools.cluster_run import INTERNAL_TOPICS_ONE_REPLICA
 
 SESSION_MS = 4000  # a 2 s session lapsed on a loaded machine: leaders moved mid-test
 TOPIC = "spread"
@@ -38,7 +39,7 @@ RECORDS = 600
 def cluster_overrides(etcd: EtcdProcess, prefix: str, node_id: int) -> dict[str, str]:
     return {"node.id": str(node_id), "minibroker.etcd.endpoints": etcd.endpoint,
             "minibroker.etcd.prefix": prefix, "broker.session.timeout.ms": str(SESSION_MS),
-            "broker.heartbeat.interval.ms": "500"}
+            "broker.heartbeat.interval.ms": "500", **INTERNAL_TOPICS_ONE_REPLICA}
 
 
 @pytest.fixture

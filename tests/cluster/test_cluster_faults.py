@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.admin import (
     CreatePartitionsRequest,
@@ -30,6 +30,7 @@ from tests.cluster.test_cluster_brokers import eventually, metadata, partitions_
 from tests.support.broker import BrokerProcess
 from tests.support.requests import produce_request, record_batch
 from tests.support.wire import Wire
+from tools.cluster_run import INTERNAL_TOPICS_ONE_REPLICA
 
 SESSION_MS = 2000
 NOT_LEADER, LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC = 6, 5, 3
@@ -41,7 +42,7 @@ def overrides(etcd: EtcdProcess, prefix: str, node_id: int, session_ms: int = SE
     return {"node.id": str(node_id), "minibroker.etcd.endpoints": etcd.endpoint,
             "minibroker.etcd.prefix": prefix, "broker.session.timeout.ms": str(session_ms),
             "broker.heartbeat.interval.ms": "500", "num.partitions": "2",
-            "log.flush.interval.messages": "1"}
+            "log.flush.interval.messages": "1", **INTERNAL_TOPICS_ONE_REPLICA}
 
 
 def start_three(tmp_path: Path, etcd: EtcdProcess, session_ms: int = SESSION_MS
@@ -460,12 +461,31 @@ def test_brokers_serve_through_an_etcd_outage(tmp_path: Path, own_etcd: EtcdProc
         stop_all(brokers)
 
 
+def high_watermark(consumer: Consumer, tp: TopicPartition, within_s: float = 60) -> int:
+    """The partition's high watermark, asked again while its leader moves: a broker that
+    re-registered after the outage has its partitions offline for a moment before the
+    controller gives them back in a new leader epoch (Kafka's onBrokerFailure, then
+    onBrokerStartup), and librdkafka's watermark query does not retry that by itself."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            return int(consumer.get_watermark_offsets(tp, timeout=10)[1])
+        except KafkaException as e:
+            error = e.args[0]
+            retriable = error.retriable() or error.code() in (
+                KafkaError._UNKNOWN_PARTITION, KafkaError.NOT_LEADER_FOR_PARTITION,
+                KafkaError.LEADER_NOT_AVAILABLE)
+            if not retriable or time.monotonic() > deadline:
+                raise
+        time.sleep(0.5)
+
+
 def read_everything(servers: str, topic: str, partitions: int) -> set[bytes]:
     """Every value of the topic, read from offset 0 up to each partition's high watermark."""
     consumer = Consumer({"bootstrap.servers": servers, "group.id": "unused",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+        ends = {p: high_watermark(consumer, TopicPartition(topic, p))
                 for p in range(partitions)}
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         values: set[bytes] = set()

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.producer import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 
 from broker.cluster.etcd_process import EtcdProcess
 from tests.cluster.test_cluster_brokers import (
@@ -34,6 +35,7 @@ from tests.cluster.test_cluster_brokers import (
     prefix,
 )
 from tests.support.broker import BrokerProcess
+from tests.support.wire import Wire
 
 __all__ = ["prefix"]  # the fixture, shared with the other three-broker test
 
@@ -178,3 +180,29 @@ def commit_abort_commit(three: list[BrokerProcess], topic: str, transactional_id
     # A coordinator reached the two leaders that are not itself.
     reached = {int(b.overrides["node.id"]): peers_reached(b) for b in three}
     assert any(peers == {1, 2, 3} - {node} for node, peers in reached.items()), reached
+
+    # Markers sent to a broker that does not lead the partition: Kafka's NOT_LEADER_OR_FOLLOWER
+    # (the coordinator looks the leader up again); a partition the cluster lacks: unknown.
+    asked = three[0]
+    asked_id = int(asked.overrides["node.id"])
+    elsewhere = next(p for p, leader in leaders.items() if leader != asked_id)
+    assert write_markers(asked, topic, [elsewhere, PARTITIONS + 5]) == {
+        elsewhere: NOT_LEADER_OR_FOLLOWER, PARTITIONS + 5: UNKNOWN_TOPIC_OR_PARTITION}
+
+
+NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION = 6, 3
+
+
+def write_markers(broker: BrokerProcess, topic: str, partitions: list[int]) -> dict[int, int]:
+    """A WriteTxnMarkers v1 commit marker for ``partitions``: each partition's error code."""
+    marker = WriteTxnMarkersRequest.WritableTxnMarker
+    wire = Wire(broker.port)
+    try:
+        resp = wire.request(WriteTxnMarkersRequest[1](markers=[marker(
+            producer_id=999_999, producer_epoch=0, transaction_result=True, coordinator_epoch=0,
+            topics=[marker.WritableTxnMarkerTopic(name=topic, partition_indexes=partitions)])]),
+            WriteTxnMarkersResponse)
+    finally:
+        wire.close()
+    [m] = resp.markers
+    return {p.partition_index: p.error_code for t in m.topics for p in t.partitions}

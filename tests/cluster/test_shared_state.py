@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from kafka.protocol.admin import CreateAclsResponse
 
 from broker.cluster.producer_id_block import (
     LATEST_PRODUCER_ID_BLOCK,
@@ -24,6 +25,7 @@ from broker.metadata.dynamic_config import (
     TOPIC_DEFAULT_KEYS,
     DynamicBrokerConfig,
 )
+from broker.replica.delayed_result import Completion
 from broker.security.acl import (
     AclBinding,
     AclBindingFilter,
@@ -251,10 +253,20 @@ async def test_a_write_that_cannot_be_made_fails_its_answer(own_backend: Backend
     try:
         auth = Authorizer(a, enabled=True)
         await own_backend.take_down()
-        auth.create_acls([binding("lost")])
+        [created] = auth.create_acls([binding("lost")])
+        assert created is None
+        refused = CreateAclsResponse.AclCreationResult(error_code=42, error_message="bad")
+        answered = a.answer(CreateAclsResponse(throttle_time_ms=0, results=[
+            CreateAclsResponse.AclCreationResult(error_code=0, error_message=None), refused]))
         done = a.flushed()
         assert await own_backend.eventually(done.done, 30)
         assert done.exception() is not None
+        # Answered, not a closed connection: what was to be stored timed out (retriable),
+        # what was refused before any write keeps its error.
+        assert isinstance(answered, Completion) and answered.done()
+        ok, bad = answered.result().results
+        assert ok.error_code == ErrorCode.REQUEST_TIMED_OUT and "not stored" in ok.error_message
+        assert (bad.error_code, bad.error_message) == (42, "bad")
         await own_backend.bring_back()
         # the view is listed again from the store: the change it does not have is gone
         assert await own_backend.eventually(lambda: not auth.authorize(

@@ -25,7 +25,7 @@ from broker.cluster.partition_watcher import (
 )
 from broker.cluster.placement import PlacementError
 from broker.cluster.registration import BrokerInfo, BrokerRegistration
-from broker.cluster.store import MetadataStore
+from broker.cluster.store import MetadataStore, StoreUnavailable
 from broker.cluster.topic_controller import (
     ControllerDuties,
     TopicController,
@@ -619,5 +619,36 @@ async def test_a_new_controller_completes_a_proposal_made_while_there_was_none(
         # The partition of the crashed broker has no live replica: offline.
         states = leaders(survivor, "orphan")
         assert states[survivor.node_id - 1][0] == survivor.node_id
+    finally:
+        await stop_all(nodes)
+
+
+async def test_a_controller_places_topics_only_once_its_view_has_listed_the_brokers(
+        backend: Backend) -> None:
+    """Just elected (etcd just back), the controller's liveness view is still empty: a create
+    waits for the listing rather than refusing for want of brokers, and answers a retriable
+    StoreUnavailable when the listing does not come."""
+    nodes = await cluster(backend, 2)
+    try:
+        elected = controller_of(nodes)
+        fresh_view = BrokerLivenessView(elected.store)  # not started: nothing listed yet
+        controller = TopicController(elected.context, fresh_view, brokers_known_timeout_s=0.3)
+        with pytest.raises(StoreUnavailable):
+            await controller.create_topic("early", 2, 2)
+        with pytest.raises(StoreUnavailable):
+            await controller.create_partitions("early", 3)
+        assert await backend.store.get(topic_key("early")) is None
+        controller.brokers_known_timeout_s = 10
+        creating = asyncio.create_task(controller.create_topic("early", 2, 2))
+        await asyncio.sleep(0.1)
+        assert not creating.done()  # waiting for the listing, not refused
+        await fresh_view.start()
+        try:
+            result = await creating
+            assert result.ok, result
+            assert result.partitions is not None
+            assert {len(r) for r in result.partitions.values()} == {2}
+        finally:
+            await fresh_view.stop()
     finally:
         await stop_all(nodes)

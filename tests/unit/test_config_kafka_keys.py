@@ -55,6 +55,20 @@ def test_kafka4_stock_file_is_read_whole(tmp_path):
         "share.coordinator.state.topic.min.isr"])
 
 
+def test_internal_topic_replication_keys_are_used_in_cluster_mode_only():
+    """A single broker keeps one replica of each internal topic: the keys are named unused
+    there; in cluster mode they are read (Kafka's defaults 3, 3 and 2)."""
+    keys = {"offsets.topic.replication.factor": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1"}
+    assert BrokerConfig.from_dict(keys).unused_keys == sorted(keys)
+    clustered = BrokerConfig.from_dict({**keys, "minibroker.etcd.endpoints": "127.0.0.1:2379"})
+    assert clustered.unused_keys == []
+    assert clustered["offsets.topic.replication.factor"] == 1
+    defaults = BrokerConfig.from_dict({})
+    assert [defaults[k] for k in keys] == [3, 3, 2]
+
+
 @pytest.mark.parametrize("raw, expected", [
     ({"log.retention.hours": "1"}, 3_600_000),
     ({"log.retention.minutes": "5"}, 300_000),

@@ -108,10 +108,14 @@ async def test_transactions_follow_their_partitions_leadership(parts: Components
     refused = txns.init_producer_id(tid, 60_000)
     assert refused.result().error == ErrorCode.NOT_COORDINATOR
 
+    assert txns.list_transactions().error == ErrorCode.NONE  # nothing led: nothing listed
     txns.begin_loading(p)
     loading = txns.init_producer_id(tid, 60_000)
     assert loading.result().error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
     assert txns.describe(tid).error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    # Kafka's listTransactionStates: nothing listed while a partition led here loads.
+    listing = txns.list_transactions()
+    assert (listing.error, listing.transactions) == (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, [])
     txns.load_partition(p)
     init = txns.init_producer_id(tid, 60_000)
     await settle()
@@ -120,6 +124,9 @@ async def test_transactions_follow_their_partitions_leadership(parts: Components
     added = txns.add_partitions(tid, result.producer_id, result.producer_epoch, [("orders", 0)])
     await settle()
     assert added.result() == ErrorCode.NONE
+    listing = txns.list_transactions()
+    assert listing.error == ErrorCode.NONE
+    assert [t.transactional_id for t in listing.transactions] == [tid]
 
     txns.unload_partition(p)
     assert tid not in txns.transactions
