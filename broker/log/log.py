@@ -228,7 +228,7 @@ class Log:
                      now_ms: int | None, failure_channel: LogDirFailureChannel | None,
                      clock: WallClock | None) -> None:
         """The attributes every log has, opened or not (no I/O)."""
-        self.dir = Path(dir)
+        self.dir = dir if isinstance(dir, Path) else Path(dir)  # not parsed again
         self.clock = SYSTEM_WALL_CLOCK if clock is None else clock
         self.config = config
         #: Draws each segment's roll jitter in [0, n): Kafka's per-segment random jitter.
@@ -237,7 +237,7 @@ class Log:
         self.partition = partition
         channel = failure_channel if failure_channel is not None else LogDirFailureChannel()
         self.failure_channel = channel
-        self.log_dir = str(self.dir.parent)  # Kafka's parentDir: the log dir that holds it
+        self.log_dir = os.path.dirname(self.dir) or "."  # Kafka's parentDir: its log dir
         self._offline_dirs = channel.offline  # checked before every write: a set lookup
         self._validator: LogValidator | None = None  # built by the first append
         self._lock = threading.Lock()  # guards segment list changes vs. flush snapshots

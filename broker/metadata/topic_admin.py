@@ -192,8 +192,7 @@ class TopicAdmin:
         left, a failing disk) removes the ones made before it, so nothing is recorded that a
         restart could not open."""
         try:
-            for index in partitions:
-                self.log_manager.create_log(name, index, cfg)
+            self.log_manager.create_logs(name, partitions, cfg)
         except KafkaError:
             for index in partitions:
                 self.log_manager.delete_log((name, index))
