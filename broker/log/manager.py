@@ -240,7 +240,7 @@ class LogManager:
                         f"duplicate log directories for {tp[0]}-{tp[1]}: "
                         f"{self._dir_of[tp]} and {log_dir}"
                     )
-                found.append((tp, Path(entry.path)))
+                found.append((tp, log_dir / entry.name))  # one name parsed, not a path
 
             load_one = functools.partial(self._load_log, clean=clean,
                                          recovery_points=recovery_points,
@@ -276,8 +276,9 @@ class LogManager:
                 self._write_opened(log_dir, [tp for tp in recorded if tp not in closed])
                 marker.unlink()
                 disk.fsync_dir(log_dir)  # no crash from here on may find the marker again
+            record = self._record_open  # one bound method shared by every log
             for log in deferred:
-                log.on_open = self._record_open
+                log.on_open = record
         return dict(self.logs)
 
     # -- the logs opened since the last clean start (OPENED_LOGS_FILE) --------------------------
