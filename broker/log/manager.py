@@ -95,9 +95,6 @@ LOCK_FILE = ".lock"
 #: ours, not Kafka's: each log's latest leader epoch, written by a clean shutdown before its
 #: marker, so a clean start opens no log to learn the epoch its partition leads in
 LEADER_EPOCHS_FILE = "mini-broker-leader-epochs"
-#: threads making the directories and files of new logs at once (``create_logs``): each
-#: costs milliseconds of file-system metadata updates, mostly spent waiting on the journal
-CREATE_THREADS = 8
 #: ours, not Kafka's: the logs opened or deleted since the last clean start (module docstring)
 OPENED_LOGS_FILE = "mini-broker-opened-logs"
 _OPENED_LOGS_VERSION = "0"
@@ -469,43 +466,6 @@ class LogManager:
         raise KafkaStorageError(
             f"no live log dir to create {topic}-{partition} in: tried "
             f"{', '.join(str(d) for d in self.log_dirs)}")
-
-    def create_logs(self, topic: str, partitions: range,
-                    config: LogConfig | None = None) -> list[Log]:
-        """``create_log`` for several partitions of a topic, their directories and files made
-        on up to CREATE_THREADS threads; placed in the dirs as one ``create_log`` after the
-        other would place them. One that fails there is removed again and made by
-        ``create_log``, whose errors (and dir failures) are the ones raised."""
-        cfg = config or self.default_config
-        live = self.live_log_dirs
-        counts = dict(self._logs_in)
-        placed: list[tuple[int, Path]] = []
-        for index in partitions:
-            if (topic, index) in self.logs or not live:
-                continue
-            log_dir = min(live, key=lambda d: counts.get(d, 0))  # ties: the first, as sorted
-            counts[log_dir] = counts.get(log_dir, 0) + 1
-            placed.append((index, log_dir))
-
-        def make(item: tuple[int, Path]) -> Log | None:
-            index, log_dir = item
-            path = log_dir / f"{topic}-{index}"
-            if path.exists():
-                return None  # made before: create_log knows what to keep when it fails
-            try:
-                return self._new_log(path, cfg, topic, index)
-            except Exception:  # noqa: BLE001 - create_log tries it again and raises
-                shutil.rmtree(path, ignore_errors=True)
-                return None
-
-        if len(placed) > 1:
-            with ThreadPoolExecutor(min(CREATE_THREADS, len(placed)),
-                                    thread_name_prefix="log-create") as pool:
-                made = list(pool.map(make, placed))
-            for (index, log_dir), log in zip(placed, made, strict=True):
-                if log is not None:
-                    self._add((topic, index), log, log_dir)
-        return [self.create_log(topic, index, cfg) for index in partitions]
 
     def _new_log(self, path: Path, config: LogConfig, topic: str, partition: int) -> Log:
         """A new Log; on EMFILE the handle cache gives back half of its descriptors and the

@@ -192,7 +192,8 @@ class TopicAdmin:
         left, a failing disk) removes the ones made before it, so nothing is recorded that a
         restart could not open."""
         try:
-            self.log_manager.create_logs(name, partitions, cfg)
+            for index in partitions:
+                self.log_manager.create_log(name, index, cfg)
         except KafkaError:
             for index in partitions:
                 self.log_manager.delete_log((name, index))
