@@ -229,7 +229,14 @@ async def _serve(config: BrokerConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     broker = Broker(config)
-    await broker.start()
+    # What start-up builds lives as long as the broker (a Log and a Partition per partition):
+    # collections during it would walk that growing heap over and over for no garbage, so
+    # none runs until the policy's own collection below.
+    gc.disable()
+    try:
+        await broker.start()
+    finally:
+        gc.enable()
     # Set once started, so what start-up built is what freeze keeps out of later scans.
     began = time.perf_counter()
     thresholds = gc_policy.apply(config["minibroker.gc.policy"],

@@ -199,7 +199,8 @@ class Log:
         "_lock", "_next_offset", "_offline_dirs", "_opened", "_pstate", "_rebuild_txn_indexes",
         "_release_after", "_segs", "_unsynced_snapshots", "_validator", "clock", "config",
         "dir", "failure_channel", "high_watermark", "jitter_rng", "last_flush_ms", "log_dir",
-        "log_start_offset", "on_durable", "on_segments_deleted", "partition", "recovery_point",
+        "log_start_offset", "on_durable", "on_open", "on_segments_deleted", "partition",
+        "recovery_point",
         "topic", "writer", "__weakref__",
     )
     _pstate: ProducerStateManager | None
@@ -237,7 +238,7 @@ class Log:
                      now_ms: int | None, failure_channel: LogDirFailureChannel | None,
                      clock: WallClock | None) -> None:
         """The attributes every log has, opened or not (no I/O)."""
-        self.dir = Path(dir)
+        self.dir = dir if isinstance(dir, Path) else Path(dir)  # not parsed again
         self.clock = SYSTEM_WALL_CLOCK if clock is None else clock
         self.config = config
         #: Draws each segment's roll jitter in [0, n): Kafka's per-segment random jitter.
@@ -246,7 +247,7 @@ class Log:
         self.partition = partition
         channel = failure_channel if failure_channel is not None else LogDirFailureChannel()
         self.failure_channel = channel
-        self.log_dir = str(self.dir.parent)  # Kafka's parentDir: the log dir that holds it
+        self.log_dir = os.path.dirname(self.dir) or "."  # Kafka's parentDir: its log dir
         self._offline_dirs = channel.offline  # checked before every write: a set lookup
         self._validator: LogValidator | None = None  # built by the first append
         self._lock = threading.Lock()  # guards segment list changes vs. flush snapshots
@@ -289,6 +290,9 @@ class Log:
         #: removal (Kafka's scheduled deleteSegmentFiles). Without one, the next retention
         #: pass or the close removes them.
         self.on_segments_deleted: Callable[[int], None] | None = None
+        #: called with the log before a deferred log opens, i.e. before anything can change
+        #: its files (the LogManager records it durably: a crash later must recover it).
+        self.on_open: Callable[[Log], None] | None = None
 
     @classmethod
     def load(
@@ -361,6 +365,12 @@ class Log:
                 raise KafkaStorageError(f"the log of {self.topic}-{self.partition} is closed")
             if self.log_dir in self._offline_dirs:
                 raise self._offline_error()
+            if self.on_open is not None:
+                try:
+                    self.on_open(self)
+                except OSError as e:
+                    raise self._dir_failed("recording the opening of", e) from e
+                self.on_open = None
             expected = self._next_offset
             self._pstate = ProducerStateManager(self.dir, self.topic, self.partition)
             self._epochs = LeaderEpochFileCache(self.dir / LEADER_EPOCH_CHECKPOINT_FILE)

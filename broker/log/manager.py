@@ -8,7 +8,15 @@ Per log dir, as Kafka lays it out:
   temp file, fsynced and renamed over the old one.
 * ``.kafka_cleanshutdown``: written last by ``shutdown()``. On ``load()`` its presence means
   every log was flushed and closed, so recovery is skipped; it is deleted once loaded. Absent,
-  each log is recovered from its checkpointed recovery point.
+  each log is recovered from its checkpointed recovery point, except those the opened-logs
+  file below proves untouched since the last clean shutdown.
+* ``mini-broker-opened-logs`` (ours): written at a clean start, then one ``topic partition``
+  line appended and fsynced before a log left closed at start opens (or is deleted), i.e.
+  before anything can change its files. After a crash, every log the last clean shutdown
+  recorded (``mini-broker-leader-epochs``) and not named here is still exactly as that
+  shutdown left it, fsynced: it opens on first use as after a clean start, so a restart
+  recovers only the logs used since the last clean start, not every log there is. A clean
+  shutdown removes the file before it writes the new epochs file.
 * ``.lock``: an exclusive flock held while the manager is open, so two brokers can not share
   a directory.
 
@@ -39,6 +47,7 @@ import fcntl
 import functools
 import os
 import shutil
+import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -86,6 +95,9 @@ LOCK_FILE = ".lock"
 #: ours, not Kafka's: each log's latest leader epoch, written by a clean shutdown before its
 #: marker, so a clean start opens no log to learn the epoch its partition leads in
 LEADER_EPOCHS_FILE = "mini-broker-leader-epochs"
+#: ours, not Kafka's: the logs opened or deleted since the last clean start (module docstring)
+OPENED_LOGS_FILE = "mini-broker-opened-logs"
+_OPENED_LOGS_VERSION = "0"
 class LogDirLockedError(RuntimeError):
     """A log dir's lock is held by another process (another broker on the same dir)."""
 
@@ -136,6 +148,8 @@ class LogManager:
         self.log_dir_writers = log_dir_writers
         self.clock = clock
         self.recovery_threads_per_data_dir = max(recovery_threads_per_data_dir, 1)
+        #: serialises appends to the opened-logs files (logs open on several threads)
+        self._opened_lock = threading.Lock()
         #: (soft, hard) RLIMIT_NOFILE once raised at start (``for_broker``), for the logs
         self.open_file_limit: tuple[int, int] | None = None
         if max_open_files is not None:
@@ -199,14 +213,18 @@ class LogManager:
         for log_dir in self.log_dirs:
             marker = log_dir / CLEAN_SHUTDOWN_FILE
             clean = marker.exists()
+            opened = None if clean else self._read_opened(log_dir)
             if not clean:
                 logger.info(
                     "no clean shutdown marker: recovering logs from their recovery points",
                     log_dir=str(log_dir),
+                    only_logs_opened_since_clean_start=opened is not None,
                 )
             recovery_points = read_offset_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT_FILE)
             start_offsets = read_offset_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT_FILE)
-            epochs = self._read_epochs(log_dir) if clean else {}
+            recorded = self._read_epochs(log_dir) if clean or opened is not None else {}
+            # the logs that may stay closed until first used: as the clean shutdown left them
+            epochs = {tp: e for tp, e in recorded.items() if not opened or tp not in opened}
             found: list[tuple[TopicPartition, Path]] = []
             for entry in sorted(os.scandir(log_dir), key=lambda e: e.name):
                 if not entry.is_dir():
@@ -219,7 +237,7 @@ class LogManager:
                         f"duplicate log directories for {tp[0]}-{tp[1]}: "
                         f"{self._dir_of[tp]} and {log_dir}"
                     )
-                found.append((tp, Path(entry.path)))
+                found.append((tp, log_dir / entry.name))  # one name parsed, not a path
 
             load_one = functools.partial(self._load_log, clean=clean,
                                          recovery_points=recovery_points,
@@ -240,17 +258,79 @@ class LogManager:
                 raise self._cannot_open(log_dir, len(found), e) from None
             for (tp, _path), log in zip(found, loaded, strict=True):
                 self._add(tp, log, log_dir)
+            deferred = [log for log in loaded if not log.opened]
             logger.info(
                 "loaded logs",
                 log_dir=str(log_dir),
                 logs=len(loaded),
-                deferred=sum(1 for log in loaded if not log.opened),
+                deferred=len(deferred),
                 clean_shutdown=clean,
                 reread_bytes=RECOVERY_STATS.bytes - reread_before,
             )
             if clean:
+                # every recorded log not left closed now counts as opened from the start
+                closed = {(log.topic, log.partition) for log in deferred}
+                self._write_opened(log_dir, [tp for tp in recorded if tp not in closed])
                 marker.unlink()
+                disk.fsync_dir(log_dir)  # no crash from here on may find the marker again
+            record = self._record_open  # one bound method shared by every log
+            for log in deferred:
+                log.on_open = record
         return dict(self.logs)
+
+    # -- the logs opened since the last clean start (OPENED_LOGS_FILE) --------------------------
+    @staticmethod
+    def _read_opened(log_dir: Path) -> set[TopicPartition] | None:
+        """The logs opened since the last clean start; None when unknown (no file, or one
+        this version can not read): then every log of the dir is recovered. A line the
+        crash cut short names at worst a log that needs no recovery (its opening had not
+        returned, so nothing of it was written): read as whatever it names."""
+        try:
+            text = (log_dir / OPENED_LOGS_FILE).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as e:
+            logger.warning("ignoring the opened-logs file", log_dir=str(log_dir), reason=str(e))
+            return None
+        lines = text.split("\n")
+        if lines[0] != _OPENED_LOGS_VERSION:
+            return None
+        opened: set[TopicPartition] = set()
+        for line in lines[1:]:
+            topic, _, index = line.partition(" ")
+            if topic and index.isdigit():
+                opened.add((topic, int(index)))
+        return opened
+
+    @staticmethod
+    def _write_opened(log_dir: Path, opened: list[TopicPartition]) -> None:
+        """A new opened-logs file for a clean start (fsynced before the marker goes)."""
+        text = "".join(f"{topic} {index}\n" for topic, index in opened)
+        disk.atomic_write(log_dir / OPENED_LOGS_FILE,
+                          f"{_OPENED_LOGS_VERSION}\n{text}".encode())
+
+    def _record_open(self, log: Log) -> None:
+        """Durably name ``log`` in its dir's opened-logs file before it opens (``Log.on_open``)
+        or is deleted: from then on a crash recovers it. Each line starts on a new line, so a
+        line a crash cut short never swallows the next one."""
+        line = f"\n{log.topic} {log.partition}\n".encode()
+        with self._opened_lock:
+            fd = disk.open_file(Path(log.log_dir) / OPENED_LOGS_FILE,
+                                os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            try:
+                disk.write(fd, line)
+                disk.fsync(fd)
+            finally:
+                os.close(fd)
+
+    @staticmethod
+    def _forget_opened(log_dir: Path) -> None:
+        """A clean shutdown's first step: the opened-logs file goes, durably, before the new
+        epochs file names logs it does not list (an interrupted shutdown recovers them all)."""
+        path = log_dir / OPENED_LOGS_FILE
+        if path.exists():
+            path.unlink()
+            disk.fsync_dir(log_dir)
 
     def lock_dirs(self) -> None:
         """Create and lock every log dir, all of them before any is read (a no-op once
@@ -277,11 +357,12 @@ class LogManager:
                   recovery_points: dict[TopicPartition, int],
                   start_offsets: dict[TopicPartition, int],
                   epochs: dict[TopicPartition, int]) -> Log:
-        """After a clean shutdown a log whose offsets and epoch were checkpointed opens on
-        first use (``Log.deferred``); any other is loaded (and recovered) now."""
+        """A log as the last clean shutdown left it (in ``epochs``), whose offsets were
+        checkpointed, opens on first use (``Log.deferred``); any other is loaded (and
+        recovered unless ``clean``) now."""
         tp, path = item
         config = self._config_for(tp[0]) if self._config_for else self.default_config
-        if clean:
+        if tp in epochs:
             end = recovery_points.get(tp)
             start = start_offsets.get(tp)
             epoch = epochs.get(tp)
@@ -406,6 +487,15 @@ class LogManager:
         if cleaner is not None:
             cleaner.abort_and_pause(tp)
         try:
+            log = self.logs.get(tp)
+            if log is not None and log.on_open is not None:
+                try:
+                    self._record_open(log)  # a crash mid-delete must not find it untouched
+                except OSError as e:
+                    self._dir_failed(Path(log.log_dir),
+                                     f"recording the deletion of {tp[0]}-{tp[1]}", e)
+                    raise KafkaStorageError(
+                        f"cannot delete the log of {tp[0]}-{tp[1]}: {e}") from e
             log = self.logs.pop(tp, None)
             if log is not None:
                 log.delete()
@@ -497,6 +587,7 @@ class LogManager:
         self.checkpoint()
         for log_dir in self.live_log_dirs:
             try:
+                self._forget_opened(log_dir)
                 self._write_epochs(log_dir)
                 self._write_clean_shutdown_marker(log_dir)
             except OSError as e:
