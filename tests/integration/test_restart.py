@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import struct
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from confluent_kafka import Producer
@@ -164,7 +165,8 @@ def test_sigkill_restart(broker_factory) -> None:
     assert confluent_produce(b.bootstrap, topic, last) == list(range(high + 20, high + 25))
 
 
-def test_sigkill_after_a_clean_start_recovers_only_what_was_used(broker_factory) -> None:
+def test_sigkill_after_a_clean_start_recovers_only_what_was_used(
+        broker_factory: Callable[..., BrokerProcess]) -> None:
     """A log not used since the last clean start is as that shutdown left it: after a SIGKILL
     it opens on first use, not at start, and serves every acknowledged record; a log used
     since is recovered at start, keeping its acknowledged records too."""

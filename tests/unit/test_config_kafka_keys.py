@@ -55,7 +55,7 @@ def test_kafka4_stock_file_is_read_whole(tmp_path):
         "share.coordinator.state.topic.min.isr"])
 
 
-def test_internal_topic_replication_keys_are_used_in_cluster_mode_only():
+def test_internal_topic_replication_keys_are_used_in_cluster_mode_only() -> None:
     """A single broker keeps one replica of each internal topic: the keys are named unused
     there; in cluster mode they are read (Kafka's defaults 3, 3 and 2)."""
     keys = {"offsets.topic.replication.factor": "1",
