@@ -52,7 +52,7 @@ def test_help_config_for_a_key_an_alias_a_listener_form_and_kafkas_key(capsys) -
     _, text, _ = _run(capsys, "--help-config", "listener.name.sasl_ssl.ssl.key.password")
     assert "ssl.key.password for this listener only" in text
     assert "secret: its value is never logged" in text
-    _, text, _ = _run(capsys, "--help-config", "min.insync.replicas")
+    _, text, _ = _run(capsys, "--help-config", "replica.selector.class")
     assert "Kafka's key, not used by mini-broker" in text
     _, text, _ = _run(capsys, "--help-config", "group.max.size")
     assert "  default: unbounded\n" in text and "  range: 1 .. unbounded\n" in text

@@ -117,14 +117,14 @@ def test_unknown_keys_are_all_named_at_once_with_a_suggestion():
 
 
 def test_kafkas_keys_not_used_are_accepted_and_listed():
-    cfg = BrokerConfig.from_dict({"min.insync.replicas": "2",
+    cfg = BrokerConfig.from_dict({"replica.selector.class": "RackAwareReplicaSelector",
                                   "log.message.downconversion.enable": "true",
                                   "listener.name.plaintext.sasl.kerberos.service.name": "k",
                                   "listener.name.plaintext.ssl.protocol": "TLSv1.2"})
     assert cfg.unused_keys == ["listener.name.plaintext.sasl.kerberos.service.name",
                                "listener.name.plaintext.ssl.protocol",
                                "log.message.downconversion.enable",
-                               "min.insync.replicas"]
+                               "replica.selector.class"]
     # Served now: the defaults of preallocate, segment.jitter.ms (from either name), ...
     served = BrokerConfig.from_dict({"log.preallocate": "true", "log.roll.jitter.hours": "1",
                                      "log.index.size.max.bytes": "4096",
