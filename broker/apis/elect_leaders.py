@@ -71,7 +71,11 @@ def handle(ctx: ApiContext, request: Request) -> Any:
     if not cluster_allowed(ctx, request, AclOperation.ALTER):
         denied = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         return response({tp: ElectionResult(denied) for tp in named or ()}, every, denied)
-    election = ElectionType(getattr(req, "election_type", ElectionType.PREFERRED))
+    try:
+        election = ElectionType(getattr(req, "election_type", ElectionType.PREFERRED))
+    except ValueError:  # Kafka's ElectionType.valueOf refuses it: the request is invalid
+        invalid = ErrorCode.INVALID_REQUEST
+        return response({tp: ElectionResult(invalid) for tp in named or ()}, every, invalid)
     if ctx.cluster is None:
         return response(_single_broker(ctx, named), every)
     return _on_controller(ctx.cluster, named, election, req.timeout_ms)

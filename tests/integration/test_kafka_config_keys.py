@@ -124,7 +124,7 @@ def test_kafka_python_legacy_alter_keeps_kafka_keys(broker) -> None:
 
 @pytest.mark.parametrize("key, value", [
     ("background.threads", "12"), ("sasl.kerberos.min.time.before.relogin", "30000"),
-    ("num.replica.fetchers", "2"), ("log.preallocate", "true")])
+    ("num.network.threads", "4"), ("log.preallocate", "true")])
 def test_dynamic_broker_keys_kafka_knows_are_answered_no_error(broker, key: str,
                                                                value: str) -> None:
     """As Kafka: NO_ERROR, the value stored for this broker and described as its dynamic

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import tracemalloc
+from collections.abc import Collection
 from pathlib import Path
 
 import kafka.codec as codecs
@@ -45,6 +46,13 @@ T0 = 1_700_000_000_000
 DAY = 24 * 60 * 60 * 1000
 
 Rec = tuple[bytes | None, bytes | None]
+
+def cleaner_threads(besides: Collection[threading.Thread] = ()) -> list[threading.Thread]:
+    """The log-cleaner threads alive, except ``besides`` (those of brokers other tests in this
+    process started, e.g. an embedded cluster's crashed broker)."""
+    return [t for t in threading.enumerate()
+            if t.name.startswith("log-cleaner") and t.is_alive() and t not in besides]
+
 
 
 def batch(recs: list[Rec], *, codec: int = COMPRESSION_NONE, pid: int = -1, epoch: int = -1,
@@ -646,6 +654,7 @@ async def test_threads_clean_and_swap_on_the_event_loop(
         return original(self, cleaned, old, now_ms)
 
     monkeypatch.setattr(Log, "replace_segments", spy)  # Log is slotted: patched on the class
+    others = set(cleaner_threads())
     cleaner = lm.start_cleaner(CleanerConfig(threads=2, backoff_ms=10),
                                asyncio.get_running_loop())
     try:
@@ -658,7 +667,7 @@ async def test_threads_clean_and_swap_on_the_event_loop(
         assert [(o, v) for o, _k, v in records(log)] == [(6, b"v6"), (7, b"v7"), (8, b"active")]
     finally:
         lm.shutdown()
-    assert all(not t.is_alive() for t in threading.enumerate() if t.name.startswith("log-cleaner"))
+    assert cleaner_threads(others) == []
 
 
 def test_a_disk_error_during_the_swap_takes_the_dir_offline_and_loses_nothing(
@@ -717,20 +726,21 @@ async def test_a_disabled_cleaner_starts_no_thread(tmp_path: Path) -> None:
     lm.load()
     try:
         before = {t.name for t in threading.enumerate()}
+        others = set(cleaner_threads())
         cleaner = lm.start_cleaner(CleanerConfig(enable=False), asyncio.get_running_loop())
         assert lm.cleaner is cleaner
         assert {t.name for t in threading.enumerate()} == before
         cleaner.reconfigure(CleanerConfig(enable=True, threads=2, backoff_ms=10))
-        assert sum(t.name.startswith("log-cleaner") for t in threading.enumerate()) == 2
+        assert len(cleaner_threads(others)) == 2
         cleaner.reconfigure(CleanerConfig(enable=True, threads=1, backoff_ms=10))
         for _ in range(100):
-            if sum(t.name.startswith("log-cleaner") for t in threading.enumerate()) == 1:
+            if len(cleaner_threads(others)) == 1:
                 break
             await asyncio.sleep(0.02)
-        assert sum(t.name.startswith("log-cleaner") for t in threading.enumerate()) == 1
+        assert len(cleaner_threads(others)) == 1
     finally:
         lm.shutdown()
-    assert not [t for t in threading.enumerate() if t.name.startswith("log-cleaner")]
+    assert cleaner_threads(others) == []
 
 
 # -- swapped-out segments: file.delete.delay.ms --------------------------------------------------
