@@ -133,18 +133,15 @@ etcd-deps:
 
 # The suite covers the pipeline and the peer benchmark too, so it takes every extra. Most tests
 # wait on brokers and clients rather than compute, so TEST_WORKERS (3) pytest-xdist workers share
-# the cores, a file's tests on one worker (which starts its module fixtures once). Files are
-# handed out longest first (--no-loadscope-reorder keeps the order tests/conftest.py gives
-# them). The Spark tests run after them, alone: two Spark JVMs at once on two cores starve each
-# other's Python workers. (tests/conftest.py makes tests/pipeline one unit of work, so that a
-# run without --ignore starts one Spark session, on one worker, beside the others: not yet
-# measured against the run below.)
+# the cores, a file's tests on one worker (which starts its module fixtures once). The Spark
+# tests run after them, alone: two Spark JVMs at once on two cores starve each other's Python
+# workers.
 TEST_WORKERS ?= 3
 test: install-test install-pipeline install-bench system-deps java-deps java-client-deps \
 	node-deps conformance-clients etcd-deps
 	@echo "==> running the test suite on $(TEST_WORKERS) workers, then the Spark tests"
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile \
-	  --no-loadscope-reorder --durations=25 --ignore=tests/pipeline
+	  --durations=25 --ignore=tests/pipeline
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 tests/pipeline
 
 pipeline-demo: install-pipeline java-deps
@@ -156,14 +153,10 @@ lint: install-test
 # Before a commit: ruff, mypy (only errors listed in mypy-baseline.txt), the unit and property
 # tests on two workers with Hypothesis's check profile (fewer examples: tests/conftest.py;
 # `make test` runs every example). mypy sees every extra installed, as the baseline was made.
-# CI runs `check-static` (ruff and mypy) and then `make test`, which runs the unit and property
-# tests with every example: `check`'s pytest would run them a second time.
-.PHONY: check check-static mypy-baseline
-check-static: install-test install-pipeline install-bench
+.PHONY: check mypy-baseline
+check: install-test install-pipeline install-bench
 	$(BIN)/ruff check .
 	$(BIN)/python tools/mypy_baseline.py
-
-check: check-static
 	HYPOTHESIS_PROFILE=check $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --durations=10 \
 	  tests/unit tests/property
 
