@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -587,6 +586,11 @@ class ReplicaManager:
         if not any(c is channel for c in self._failure_channels):
             self._watch_log_dir_failures(channel)
 
+    def hosted_partitions(self) -> list[Partition]:
+        """Every partition with a log here, led or followed (a copy: callers may change
+        either map while they go through it)."""
+        return [*self.partitions.values(), *self.follower_partitions.values()]
+
     def remove_follower_partition(self, tp: TopicPartition) -> Partition | None:
         """Stop following (the partition is led here now, or deleted)."""
         return self.follower_partitions.pop(tp, None)
@@ -703,7 +707,7 @@ class ReplicaManager:
     def apply_retention(self) -> None:
         """Delete segments past retention; a fetch parked below a new log start answers now."""
         ts = self.clock.wall_ms()
-        for p in [*self.partitions.values(), *self.follower_partitions.values()]:
+        for p in self.hosted_partitions():
             if p.offline:
                 continue
             try:
@@ -778,7 +782,7 @@ class ReplicaManager:
         while True:
             await asyncio.sleep(min(interval, 1000) / 1000)
             ts = system_wall_ms()
-            for p in [*self.partitions.values(), *self.follower_partitions.values()]:
+            for p in self.hosted_partitions():
                 if p.log.flush_due(ts):
                     self.request_flush(p)
 
@@ -786,7 +790,7 @@ class ReplicaManager:
         if self._flush_tasks:
             await asyncio.gather(*self._flush_tasks, return_exceptions=True)
         loop = asyncio.get_running_loop()
-        for p in [*self.partitions.values(), *self.follower_partitions.values()]:
+        for p in self.hosted_partitions():
             if p.offline:
                 continue
             try:
@@ -880,9 +884,8 @@ class ReplicaManager:
         checkpoints = self.hw_checkpoints
         if checkpoints is None:
             return {}
-        served = itertools.chain(self.partitions.values(), self.follower_partitions.values())
         return checkpoints.snapshot((Path(p.log.log_dir), p.key, p.high_watermark)
-                                    for p in served if not p.offline)
+                                    for p in self.hosted_partitions() if not p.offline)
 
     async def checkpoint_high_watermarks(self) -> None:
         """Write the replication-offset-checkpoint files, off the loop (fsyncs)."""
