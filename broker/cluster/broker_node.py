@@ -127,7 +127,7 @@ class ClusterNode:
         self._short_of_brokers: dict[str, int] = {}
         self._stopped = False
         #: Requests to the other brokers (set by the server): one connection per peer, for
-        #: transaction markers and verification now, follower fetches later.
+        #: transaction markers and verification (the replica fetchers have their own).
         self.client: InterBrokerClient | None = None
         #: Users of the client, stopped before it closes (their requests in flight dropped).
         self.closers: list[Callable[[], Awaitable[None]]] = []
@@ -432,18 +432,7 @@ class ClusterReplicas:
         tp = (p.topic, p.partition)
         configs = await self._topic_configs(p.topic, p.topic_id)
         rm = self.replica_manager
-        partition = rm.partitions.get(tp)
-        following = rm.follower_partitions.get(tp)
-        if following is not None and p.leader_epoch < following.leader_epoch:
-            logger.warning("stale leader epoch ignored", topic=p.topic, partition=p.partition,
-                           leader_epoch=p.leader_epoch, current=following.leader_epoch)
-            return
-        if partition is None and following is not None:
-            if self.fetchers is not None:
-                self.fetchers.remove_partition(tp)
-            partition = rm.remove_follower_partition(tp)  # led with its follower state
-            assert partition is not None
-            rm.add_partition(partition)
+        partition = rm.partitions.get(tp) or rm.follower_partitions.get(tp)
         if partition is None:
             partition = await self._open_partition(p, "lead")
             if partition is None:
@@ -453,6 +442,10 @@ class ClusterReplicas:
             logger.warning("stale leader epoch ignored", topic=p.topic, partition=p.partition,
                            leader_epoch=p.leader_epoch, current=partition.leader_epoch)
             return
+        if rm.remove_follower_partition(tp) is not None:  # led with its follower state
+            if self.fetchers is not None:
+                self.fetchers.remove_partition(tp)
+            rm.add_partition(partition)
         partition.min_insync_replicas = _min_insync_replicas(configs, self.min_insync_replicas)
         rm.make_leader(tp, p.leader_epoch, replicas=p.replicas, isr=p.isr,
                        partition_epoch=p.partition_epoch)
