@@ -155,8 +155,8 @@ def etcd_child(plan: Plan, binary: str) -> tuple[Child, EtcdProcess]:
 
 
 #: The internal topics on one replica each, as Kafka's own single-node quickstart sets them:
-#: Kafka's defaults (3 replicas, min ISR 2 for transactions) need followers that fetch, which
-#: the cluster does not have yet (docs/cluster.md).
+#: with Kafka's defaults (3 replicas, min ISR 2 for transactions) a coordinator's failover over
+#: its replicated partition is not proven yet (docs/cluster.md).
 INTERNAL_TOPICS_ONE_REPLICA = {
     "offsets.topic.replication.factor": "1",
     "transaction.state.log.replication.factor": "1",
