@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from broker.logging import to_standard_logging
 from tests.support.broker import BrokerProcess
 
 # Hypothesis profiles, chosen by HYPOTHESIS_PROFILE. "full" (the default, `make test`) keeps
@@ -17,6 +18,14 @@ CHECK_MAX_EXAMPLES = 25
 settings.register_profile("full", settings.get_profile("default"))
 settings.register_profile("check", max_examples=CHECK_MAX_EXAMPLES)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "full"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Set structlog up as an embedded broker would, before any test runs: structlog's
+    capture_logs leaves structlog marked configured with its defaults (print to stdout), so a
+    broker embedded after such a test would otherwise print its lines into the output a test
+    reads."""
+    to_standard_logging()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
