@@ -116,10 +116,11 @@ class StoreIsrWriter:
                             f"was made against {proposed.partition_epoch}")
 
     async def stop(self) -> None:
-        for task in list(self._tasks):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
-        for task in list(self._tasks):
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
+        if tasks:
+            await asyncio.wait(tasks)  # a cancellation of the caller is not swallowed here
+        for task in tasks:
+            if not task.cancelled():
+                task.exception()  # retrieved: a write that failed as it stopped is no news

@@ -22,13 +22,12 @@ tests).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import structlog
 
@@ -244,12 +243,17 @@ async def sleep_until(clock: Clock, when_ms: float) -> None:
         handle.cancel()
 
 
-async def cancel_and_wait(task: asyncio.Task[None] | None) -> None:
-    """Cancel a background task of an owner and wait until it has stopped."""
-    if task is not None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
+    """Cancel a background task of an owner and wait until it has stopped; a failure of the
+    task is raised. A cancellation of the caller while it waits goes on to the caller:
+    awaiting the task under a suppressed CancelledError would swallow it, and a caller
+    stopped that way would carry on as if never asked to stop."""
+    if task is None:
+        return
+    task.cancel()
+    await asyncio.wait([task])
+    if not task.cancelled():
+        task.result()
 
 
 class WatchStream(ABC):

@@ -385,7 +385,10 @@ class BrokerConnection:
         self._writer.write(bytes(request.encode(header=True, framed=True)))
         timeout = self.settings.request_timeout_ms / 1000
         try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout)
+            # asyncio.timeout, not wait_for: a cancellation that comes with the answer must
+            # still cancel the caller (Python 3.11's wait_for returns the answer instead).
+            async with asyncio.timeout(timeout):
+                return await asyncio.shield(future)
         except TimeoutError:
             self.close(RequestTimedOut("request timed out"))
             raise RequestTimedOut(f"broker {self.node_id}: no answer to API {api_key} within "
@@ -438,8 +441,9 @@ class BrokerConnection:
 
     async def wait_closed(self) -> None:
         if self._read_task is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._read_task
+            # Waited on, not awaited: its own end (cancelled or failed) is not ours to raise,
+            # while a cancellation of the caller still reaches the caller.
+            await asyncio.wait([self._read_task])
         if self._writer is not None:
             with contextlib.suppress(Exception):
                 await self._writer.wait_closed()

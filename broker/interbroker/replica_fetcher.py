@@ -44,6 +44,7 @@ from kafka.protocol.consumer import (
     OffsetForLeaderEpochRequest,
 )
 
+from broker.cluster.store import cancel_and_wait
 from broker.config import BrokerConfig
 from broker.interbroker.client import InterBrokerClient, InterBrokerError
 from broker.log.dir_failure import KafkaStorageError
@@ -156,10 +157,7 @@ class ReplicaFetcher:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         await self.client.close()
 
     # -- the loop (Kafka's doWork: maybeTruncate, then maybeFetch) -------------------------
@@ -187,8 +185,11 @@ class ReplicaFetcher:
                   if not s.waiting_for_state]
         timeout = max(min(delays), 0.0) if delays else None
         self._wake.clear()
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the result when the
+        # wake-up and a cancellation come together, and the cancelled loop would go on.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._wake.wait()
 
     def _back_off(self, states: list[FetchState]) -> None:
         until = asyncio.get_running_loop().time() + self.manager.settings.backoff_ms / 1000

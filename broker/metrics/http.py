@@ -55,7 +55,8 @@ class MetricsServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
+            async with asyncio.timeout(10):
+                head = await reader.readuntil(b"\r\n\r\n")
             status, ctype, body, extra = self._answer(head)
             method = head.split(b" ", 1)[0]
             headers = [f"HTTP/1.1 {status}", f"Content-Type: {ctype}",

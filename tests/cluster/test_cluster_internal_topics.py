@@ -32,7 +32,7 @@ def overrides(etcd: EtcdProcess, prefix: str, node_id: int) -> dict[str, str]:
     """Kafka's replication defaults for the internal topics (nothing set)."""
     return {"node.id": str(node_id), "minibroker.etcd.endpoints": etcd.endpoint,
             "minibroker.etcd.prefix": prefix, "broker.session.timeout.ms": "4000",
-            "broker.heartbeat.interval.ms": "500",
+            "broker.heartbeat.interval.ms": "500", "controlled.shutdown.retry.backoff.ms": "500",
             "offsets.topic.num.partitions": str(PARTITIONS),
             "transaction.state.log.num.partitions": str(PARTITIONS)}
 
