@@ -29,6 +29,8 @@ import base64
 import concurrent.futures
 import json
 import shutil
+import socket
+import struct
 import tempfile
 import threading
 import time
@@ -38,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from broker.cluster.controller import decode_controller
 from broker.cluster.etcd_process import EtcdProcess, free_port
@@ -115,6 +118,16 @@ class ClusterFaults:
             self.slow.clear()
 
 
+def _read_exactly(sock: socket.socket, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("the broker closed the connection")
+        data += chunk
+    return bytes(data)
+
+
 class ClusterBroker:
     """One broker of an EmbeddedCluster: an EmbeddedBroker on a fixed port, joined to the
     cluster's etcd, with the cluster's fault hooks installed on each start."""
@@ -149,6 +162,19 @@ class ClusterBroker:
     def broker(self) -> Broker | None:
         """The running Broker itself, for a test that must look inside."""
         return self.embedded.broker
+
+    def listed_brokers(self, timeout: float = 10.0) -> list[int]:
+        """The node ids this broker lists in its own Metadata answer, asked on a connection to
+        it alone: a client library may send a request to any broker it learnt of, and an
+        isolated broker's view is only seen by asking that broker."""
+        request = MetadataRequest[1](topics=[])
+        request.with_header(correlation_id=1, client_id="embedded-cluster")
+        with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as sock:
+            sock.sendall(bytes(request.encode(header=True, framed=True)))
+            (size,) = struct.unpack(">i", _read_exactly(sock, 4))
+            frame = _read_exactly(sock, size)
+        answer = MetadataResponse[1].decode(frame[4:], version=1)  # after the correlation id
+        return sorted(b.node_id for b in answer.brokers)
 
     def start(self) -> ClusterBroker:
         """Start on the broker's port. After a kill, first wait for the crashed broker's

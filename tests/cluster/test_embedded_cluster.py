@@ -17,12 +17,11 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.metadata import MetadataRequest
 
 from broker.interbroker.client import BrokerUnavailable
 from broker.testing import EmbeddedCluster
 from broker.testing.cluster import ClusterBroker
-from tests.support.wire import Wire
 
 METADATA_KEY, METADATA_VERSION = 3, 12
 
@@ -92,18 +91,6 @@ def ask_peer(source: ClusterBroker, peer: int) -> float:
         return time.perf_counter() - started
 
     return float(source._on_loop(send))
-
-
-def metadata_from(broker: ClusterBroker) -> Any:
-    """A Metadata answer from ``broker`` itself, on a connection of its own."""
-    wire = Wire(broker.port)
-    try:
-        return wire.request(MetadataRequest[9](topics=None, allow_auto_topic_creation=False,
-                                               include_cluster_authorized_operations=False,
-                                               include_topic_authorized_operations=False),
-                            MetadataResponse)
-    finally:
-        wire.close()
 
 
 def listening(port: int) -> bool:
@@ -194,7 +181,7 @@ def test_isolate_loses_the_lease_but_clients_still_reach_it(cluster: EmbeddedClu
     assert cluster.fault_counts[("cut", "etcd")] >= 1
     # A client still reaches the isolated broker and gets an answer from it (asked on its own
     # connection: a client library may send its request to any broker it learnt of).
-    assert node in {b.node_id for b in metadata_from(cluster.broker(node)).brokers}
+    assert node in cluster.broker(node).listed_brokers()
     # And the other brokers cannot.
     with pytest.raises(BrokerUnavailable):
         ask_peer(other, node)
