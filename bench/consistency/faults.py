@@ -13,10 +13,16 @@ Targets here:
   ``pause`` is SIGSTOP (healed by SIGCONT), ``power-loss`` is SIGKILL and then the unflushed
   tail of every partition's active segment cut off, as a power cut would lose the page cache.
 - ``EmbeddedTarget``: an ``EmbeddedBroker`` in this process: ``kill``, ``stop``, ``power-loss``.
+- ``ClusterTarget``: an ``EmbeddedCluster`` (etcd and N brokers in this process), its faults
+  aimed at the workload's topic: ``kill``, ``stop``, ``pause``, ``isolate`` and ``partition``
+  hit the leader of one of its partitions, ``move-leader`` elects a follower of its ISR,
+  ``slow`` delays a leader's inter-broker requests; each is healed by ``EmbeddedCluster.heal``
+  and a wait for the topic's ISRs to be whole again.
 - ``BootstrapTarget``: any Kafka-compatible bootstrap address, no faults.
 
 A cluster joins by being wrapped in a class with the same five members (see docs/testing.md,
-"Checking consistency").
+"Checking consistency"). A target may also have ``choose_node(kind, rng)``: the schedule then
+asks it which node the next fault hits instead of drawing one of ``node_ids``.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from broker.log.checkpoint import read_offset_checkpoint
 
 if TYPE_CHECKING:
-    from broker.testing import EmbeddedBroker
+    from broker.testing import EmbeddedBroker, EmbeddedCluster
     from tests.support.broker import BrokerProcess
 
 RECOVERY_POINTS = "recovery-point-offset-checkpoint"
@@ -113,15 +119,22 @@ class FaultSchedule(threading.Thread):
                and not self._stopping.wait(self.interval_s)):
             kind = self.kinds[turn % len(self.kinds)]
             turn += 1
-            event = FaultEvent(kind, self.rng.choice(list(self.target.node_ids)), self.now())
+            event = FaultEvent(kind, 0, self.now())
             self.events.append(event)
             try:
+                event.node = self._node_for(kind)
                 event.detail = self.target.inject(kind, event.node)
             except Exception as e:  # a fault that failed to begin is reported, not raised
                 event.error, event.end_s = f"inject: {e!r}", self.now()
                 continue
             self._stopping.wait(self.duration_s)
             self._heal(event)
+
+    def _node_for(self, kind: str) -> int:
+        choose = getattr(self.target, "choose_node", None)
+        if choose is not None:
+            return int(choose(kind, self.rng))
+        return self.rng.choice(list(self.target.node_ids))
 
     def _heal(self, event: FaultEvent) -> None:
         try:
@@ -238,6 +251,97 @@ class EmbeddedTarget:
 
     def heal(self, kind: str, node: int) -> None:
         self.broker.start()
+
+
+def fault_node(kind: str, states: Sequence[tuple[int | None, Sequence[int]]],
+               nodes: Sequence[int], rng: random.Random) -> tuple[int, int | None]:
+    """The node a cluster fault hits and the partition it is aimed at, from each partition's
+    (leader, ISR): for ``move-leader`` a follower in the ISR (the new leader), for every other
+    kind the leader. The partitions are tried from one drawn by ``rng``; when none has such a
+    node, any node of ``nodes`` (partition None)."""
+    start = rng.randrange(len(states)) if states else 0
+    for i in range(len(states)):
+        partition = (start + i) % len(states)
+        leader, isr = states[partition]
+        if kind == "move-leader":
+            found = sorted(n for n in isr if n != leader and leader is not None)
+        else:
+            found = [leader] if leader is not None else []
+        if found:
+            return rng.choice(found), partition
+    return rng.choice(sorted(nodes)), None
+
+
+class ClusterTarget:
+    """An EmbeddedCluster (broker.testing.cluster), its faults aimed at ``topic``'s
+    ``partitions``: each fault hits the leader of one of them (``move-leader``: a follower
+    of its ISR), so that a fault always reaches a broker the producers are writing to."""
+
+    fault_kinds = frozenset({"kill", "stop", "pause", "isolate", "partition", "slow",
+                             "move-leader"})
+    SLOW_MS = 200.0  # added to each inter-broker request to or from the slow broker
+    PAUSE_S = 300.0  # a pause's longest stall; the heal ends it sooner
+    HEAL_TIMEOUT_S = 60.0
+
+    def __init__(self, cluster: EmbeddedCluster, topic: str, partitions: int) -> None:
+        self.cluster, self.topic, self.partitions = cluster, topic, partitions
+        self._aimed: dict[tuple[str, int], int | None] = {}  # (kind, node) -> partition
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.cluster.bootstrap_servers
+
+    @property
+    def node_ids(self) -> Sequence[int]:
+        return [b.node_id for b in self.cluster.brokers]
+
+    def states(self) -> list[tuple[int | None, list[int]]]:
+        """Each partition's (leader, ISR), read from etcd."""
+        return [(self.cluster.leader(self.topic, p), self.cluster.isr(self.topic, p))
+                for p in range(self.partitions)]
+
+    def choose_node(self, kind: str, rng: random.Random) -> int:
+        node, partition = fault_node(kind, self.states(), self.node_ids, rng)
+        self._aimed[(kind, node)] = partition
+        return node
+
+    def inject(self, kind: str, node: int) -> str:
+        partition = self._aimed.pop((kind, node), None)
+        aimed = f" (leader of {self.topic}-{partition})" if partition is not None else ""
+        c = self.cluster
+        others = [n for n in self.node_ids if n != node]
+        if kind == "kill":
+            c.kill(node)
+            return f"crashed broker {node}{aimed}"
+        if kind == "stop":
+            c.broker(node).stop()
+            return f"stopped broker {node}{aimed}"
+        if kind == "pause":
+            c.pause(node, self.PAUSE_S)
+            return f"paused broker {node}{aimed}"
+        if kind == "isolate":
+            c.isolate(node)
+            return f"isolated broker {node}{aimed} from the brokers and etcd"
+        if kind == "partition":
+            c.partition([node], others)
+            return f"cut broker {node}{aimed} from {others}"
+        if kind == "slow":
+            c.slow(node, self.SLOW_MS)
+            return f"slowed broker {node}{aimed} by {self.SLOW_MS:g} ms a request"
+        if kind == "move-leader":
+            if partition is None:
+                raise ValueError(f"no ISR of {self.topic} has a follower to lead")
+            before = c.leader(self.topic, partition)
+            c.move_leader(self.topic, partition, node)
+            return f"moved the leader of {self.topic}-{partition} from {before} to {node}"
+        raise ValueError(f"a cluster cannot inject {kind!r}")
+
+    def heal(self, kind: str, node: int) -> None:
+        """Every fault undone, every broker registered, then each partition's ISR whole."""
+        self.cluster.heal(self.HEAL_TIMEOUT_S)
+        for p in range(self.partitions):
+            replicas = len(self.cluster.replicas(self.topic, p))
+            self.cluster.wait_for_isr(self.topic, p, replicas, self.HEAL_TIMEOUT_S)
 
 
 class BootstrapTarget:

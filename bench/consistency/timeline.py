@@ -9,7 +9,8 @@ from pathlib import Path
 from bench.consistency.workload import Result
 
 COLOURS = {"kill": "tab:red", "stop": "tab:orange", "pause": "tab:purple",
-           "power-loss": "black"}
+           "power-loss": "black", "isolate": "tab:brown", "partition": "tab:pink",
+           "slow": "tab:olive", "move-leader": "tab:cyan"}
 
 
 def per_second(times: list[float], seconds: float) -> tuple[list[int], list[int]]:

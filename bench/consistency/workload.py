@@ -46,6 +46,7 @@ class Workload:
     topic: str = ""  # empty: a fresh name
     partitions: int = 3
     replication_factor: int = 1
+    min_insync_replicas: int | None = None  # the topic's; None: the broker's
     producers: int = 2
     consumers: int = 2
     duration_s: float = 20.0
@@ -331,7 +332,9 @@ class ConsumerThread(threading.Thread):
 
 def create_topic(bootstrap: str, workload: Workload, topic: str, timeout_s: float = 30) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap, "broker.address.family": "v4"})
-    new = NewTopic(topic, workload.partitions, workload.replication_factor)
+    config = ({} if workload.min_insync_replicas is None
+              else {"min.insync.replicas": str(workload.min_insync_replicas)})
+    new = NewTopic(topic, workload.partitions, workload.replication_factor, config=config)
     for future in admin.create_topics([new], request_timeout=timeout_s).values():
         future.result(timeout_s)
 
@@ -340,7 +343,8 @@ def run_check(target: FaultTarget, workload: Workload | None = None) -> Result:
     """Run ``workload`` against ``target`` under its faults, then analyse the history.
 
     ``target`` is any ``FaultTarget`` (bench.consistency.faults): a broker process, an
-    embedded broker, a bare bootstrap address (no faults), or a cluster's wrapper."""
+    embedded broker, an embedded cluster (whose faults aim at ``workload.topic``: name it),
+    a bare bootstrap address (no faults), or another cluster's wrapper."""
     w = workload or Workload()
     topic = w.topic or f"consistency-{uuid.uuid4().hex[:8]}"
     run = _Run(target.bootstrap_servers, topic, w)
