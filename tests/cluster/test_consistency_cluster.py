@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
@@ -29,7 +28,6 @@ def test_leader_crash_and_move_lose_nothing(
                         duration_s=3, records=4000, rate=40, faults=["kill", "move-leader"],
                         fault_interval_s=1, fault_duration_s=0.5, fault_count=2,
                         drain_timeout_s=20)
-    cluster: Any
     with mini_broker_cluster_factory(nodes=3, **CLUSTER_DEFAULTS) as cluster:
         result = run_check(ClusterTarget(cluster, topic, 3), workload)
         counts = cluster.fault_counts

@@ -1,15 +1,19 @@
 """The consistency checker's analysis on histories made by hand and by Hypothesis: a clean
-history shows no anomaly, and each anomaly put into one is found, alone."""
+history shows no anomaly, and each anomaly put into one is found, alone. Then the CLI's
+replication defaults and the choice of the node a cluster fault hits."""
 
 from __future__ import annotations
 
 import dataclasses
 import random
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from bench.consistency import Assign, History, Outcome, Poll, Record, Send, analyse
+from bench.consistency.__main__ import parse, replication, workload_of
+from bench.consistency.faults import fault_node
 
 
 def send(value: str, partition: int, offset: int | None, producer: str = "p0",
@@ -301,3 +305,52 @@ def test_injected_aborted_read_is_found(h: History, data: st.DataObject) -> None
     key = data.draw(st.sampled_from(committed))
     h.txns[key] = Outcome.ABORTED
     assert found(h).keys() == {"aborted_read"}
+
+
+# -- the CLI's replication and the cluster's fault aim -----------------------------------------
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    ([], (1, None)),  # one broker: one replica, the broker's min.insync.replicas
+    (["--cluster", "3"], (3, 2)),  # acks=all then survives one broker down
+    (["--cluster", "5"], (3, 2)),
+    (["--cluster", "2"], (2, 2)),
+    (["--cluster", "1"], (1, 1)),
+    (["--cluster", "3", "--replication-factor", "2"], (2, 2)),
+    (["--cluster", "3", "--replication-factor", "1"], (1, 1)),
+    (["--cluster", "3", "--min-insync-replicas", "3"], (3, 3)),
+    (["--replication-factor", "1", "--min-insync-replicas", "1"], (1, 1)),
+])
+def test_replication_defaults(flags: list[str], expected: tuple[int, int | None]) -> None:
+    args = parse(flags)
+    assert replication(args) == expected
+    w = workload_of(args)
+    assert (w.replication_factor, w.min_insync_replicas) == expected
+    assert w.topic.startswith("consistency-") if args.cluster else w.topic == ""
+
+
+def test_cluster_excludes_bootstrap() -> None:
+    with pytest.raises(SystemExit):
+        parse(["--cluster", "3", "--bootstrap", "127.0.0.1:9092"])
+    with pytest.raises(SystemExit):
+        parse(["--cluster", "-1"])
+
+
+def test_cluster_faults_hit_a_leader_or_an_isr_follower() -> None:
+    states: list[tuple[int | None, list[int]]] = [(1, [1, 2, 3]), (2, [2, 3]), (3, [3])]
+    for seed in range(20):
+        node, partition = fault_node("kill", states, [1, 2, 3], random.Random(seed))
+        assert partition is not None and node == states[partition][0]
+        node, partition = fault_node("move-leader", states, [1, 2, 3], random.Random(seed))
+        assert partition in (0, 1)  # partition 2 has no follower in its ISR
+        leader, isr = states[partition]
+        assert node in isr and node != leader
+
+
+def test_cluster_fault_without_a_leader_hits_any_node() -> None:
+    offline: list[tuple[int | None, list[int]]] = [(None, []), (None, [2])]
+    hit = {fault_node(kind, offline, [1, 2, 3], random.Random(seed))
+           for kind in ("pause", "move-leader") for seed in range(30)}
+    assert {partition for _, partition in hit} == {None}
+    assert {node for node, _ in hit} == {1, 2, 3}
+    assert fault_node("kill", [], [4], random.Random(0)) == (4, None)
