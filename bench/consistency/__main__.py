@@ -38,8 +38,11 @@ from bench.consistency.workload import Result, Workload, run_check
 # Small internal topics: the broker starts in a second; nothing checked depends on them.
 BROKER_DEFAULTS = {"offsets.topic.num.partitions": "1",
                    "transaction.state.log.num.partitions": "1"}
-# A cluster's brokers also give up on a cut or stalled peer after 3 s rather than 30.
-CLUSTER_DEFAULTS = {**BROKER_DEFAULTS, "request.timeout.ms": "3000"}
+# A cluster's brokers give up on a cut or stalled peer after 3 s rather than 30, and keep
+# a lease of 6 s rather than the EmbeddedCluster's 2: three brokers and every client share
+# this process, and on a loaded machine 2 s leases expire with no fault at all.
+CLUSTER_DEFAULTS = {**BROKER_DEFAULTS, "request.timeout.ms": "3000",
+                    "broker.session.timeout.ms": "6000", "broker.heartbeat.interval.ms": "1500"}
 
 
 @contextlib.contextmanager
