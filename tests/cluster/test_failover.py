@@ -216,6 +216,15 @@ class Traffic:
         self.threads[1].join(30)
 
 
+def check_never_truncated_below_the_high_watermark(caplog: pytest.LogCaptureFixture) -> None:
+    """After clean elections no replica cuts its log below its high watermark: every record
+    below it is on every ISR member, the new leader's log included (Kafka's guarantee;
+    the replica fetcher warns when it does)."""
+    below = [r.getMessage()[:300] for r in caplog.records
+             if "truncating below the high watermark" in r.getMessage()]
+    assert below == []
+
+
 def check_read_exactly_once(traffic: Traffic) -> None:
     acked, consumed = traffic.acked, traffic.consumed
     offsets = [o for o, _ in acked]
@@ -233,7 +242,8 @@ def check_read_exactly_once(traffic: Traffic) -> None:
 
 
 @pytest.mark.parametrize("victim", ["leader", "controller"])
-def test_hard_bounce(cluster: EmbeddedCluster, victim: str) -> None:
+def test_hard_bounce(cluster: EmbeddedCluster, victim: str,
+                     caplog: pytest.LogCaptureFixture) -> None:
     topic = f"bounce-{uuid.uuid4().hex[:8]}"
     create(cluster, topic, {"min.insync.replicas": "2"})
     traffic = Traffic(cluster.bootstrap_servers, topic).start()
@@ -247,6 +257,7 @@ def test_hard_bounce(cluster: EmbeddedCluster, victim: str) -> None:
         traffic.finish()
     assert traffic.acked, traffic.errors
     check_read_exactly_once(traffic)
+    check_never_truncated_below_the_high_watermark(caplog)
 
 
 def bounce(cluster: EmbeddedCluster, topic: str, traffic: Traffic, victim: str) -> None:
@@ -333,7 +344,8 @@ def test_a_divergent_suffix_is_truncated(tmp_path: Path) -> None:
             assert b"divergent-" not in path.read_bytes(), f"{path} kept the divergent suffix"
 
 
-def test_acks_all_loses_nothing_when_the_leader_dies_ahead(tmp_path: Path) -> None:
+def test_acks_all_loses_nothing_when_the_leader_dies_ahead(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """min.insync.replicas 2: one follower stalled (out of the ISR), the leader crashed in
     the middle of acks=all traffic, likely ahead of the other follower; that follower is
     elected (cleanly), the stalled one resumes, the old leader comes back and truncates."""
@@ -363,3 +375,4 @@ def test_acks_all_loses_nothing_when_the_leader_dies_ahead(tmp_path: Path) -> No
         check_read_exactly_once(traffic)
         end = max(o for o, _ in traffic.acked) + 1
         eventually(lambda: same_batches(cluster, topic, end), 30)
+        check_never_truncated_below_the_high_watermark(caplog)
