@@ -6,7 +6,9 @@ consumer run; every acknowledged record is read exactly once, in order, at the o
 acknowledged at, and the consumer's position never goes back. A divergent suffix: a leader cut
 off from its stalled followers takes acks=1 records alone, crashes, a follower is elected
 uncleanly and takes other records at the same offsets; the old leader, started again,
-truncates its suffix and its log becomes the new leader's.
+truncates its suffix and its log becomes the new leader's. A leader crashed ahead of its
+follower with acks=all loses nothing acknowledged, and a new leader commits the records it
+copied while its high watermark lagged without waiting for a new append.
 
 The brokers are an EmbeddedCluster (broker.testing.cluster): real brokers on loopback ports
 and their own etcd, each broker on its own thread and loop. A kill is a crash (nothing
@@ -376,3 +378,45 @@ def test_acks_all_loses_nothing_when_the_leader_dies_ahead(
         end = max(o for o, _ in traffic.acked) + 1
         eventually(lambda: same_batches(cluster, topic, end), 30)
         check_never_truncated_below_the_high_watermark(caplog)
+
+
+def test_a_new_leader_commits_what_it_holds_without_new_appends(tmp_path: Path) -> None:
+    """Records a follower copied while its high watermark lagged (a stalled ISR member held
+    the leader's back) become readable once the new leader's followers have them: the new
+    leader counts its own log at once, no new append needed."""
+    with cluster_of(tmp_path, SESSION_MS, 30000) as cluster:
+        topic = f"held-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=-1,
+                                      replica_assignment=[[1, 2, 3]],
+                                      config={"min.insync.replicas": "1"})],
+                            operation_timeout=10)[topic].result(30)
+        assert eventually(lambda: full_isr(cluster, topic), 20) == 1
+        produce_acked(cluster.bootstrap_servers, topic, [f"a-{i}".encode() for i in range(50)])
+        eventually(lambda: same_batches(cluster, topic, 50), 20)
+        cluster.pause(3, 30)
+        try:
+            alone = produce_one_ack(cluster.broker(1).bootstrap_servers, topic,
+                                    [f"b-{i}".encode() for i in range(20)])
+            assert sorted(o for o, _ in alone) == list(range(50, 70))
+            eventually(lambda: batches(cluster, 2, topic)[-1][1] == 69, 10)
+            cluster.kill(1)  # broker 3, stalled and still in the ISR, held the HW at 50
+        finally:
+            cluster.broker(3).resume()
+        eventually(lambda: cluster.leader(topic, 0) not in (None, 1), 20)
+        assert cluster.leader(topic, 0) == 2  # the first live replica of the ISR
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers,
+                             "group.id": f"g-{uuid.uuid4().hex}", "enable.auto.commit": False,
+                             "auto.offset.reset": "earliest"})
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        read: list[bytes] = []
+        deadline = time.monotonic() + 20
+        try:
+            while len(read) < 70 and time.monotonic() < deadline:
+                msg = consumer.poll(0.2)
+                if msg is not None and not msg.error():
+                    read.append(msg.value() or b"")
+        finally:
+            consumer.close()
+        assert len(read) == 70, "records below the new leader's log end were never committed"
+        assert read[50:] == [v for _, v in alone]
