@@ -38,7 +38,7 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from broker.testing import EmbeddedCluster
 from tests.cluster.test_cluster_brokers import eventually
-from tests.cluster.test_cluster_faults import RETRIABLE
+from tests.cluster.test_cluster_faults import RETRIABLE, TOPIC_ALREADY_EXISTS
 from tests.cluster.test_replication import batches_in, produce_acked
 from tests.support.wire import Wire
 
@@ -125,18 +125,27 @@ def same_batches(cluster: EmbeddedCluster, topic: str, end: int) -> bool:
 
 
 def create(cluster: EmbeddedCluster, name: str, configs: dict[str, str]) -> int:
-    """One partition, three replicas, ``configs``; retried on the retriable errors; then the
+    """One partition, three replicas, ``configs``; retried on the retriable errors and on no
+    answer (a cluster just started: the client may not know the controller yet); then the
     partition's leader once its ISR is full."""
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 40
+    tried = False
     while True:
         try:
-            admin.create_topics([NewTopic(name, 1, 3, config=configs)],
-                                operation_timeout=10)[name].result(30)
+            admin.create_topics([NewTopic(name, 1, 3, config=configs)], operation_timeout=10,
+                                request_timeout=12)[name].result(15)
             break
         except KafkaException as e:
-            if e.args[0].code() not in CREATE_RETRIABLE or time.monotonic() > deadline:
+            code = e.args[0].code()
+            if tried and code == TOPIC_ALREADY_EXISTS:
+                break  # an earlier attempt created it, unanswered
+            if code not in CREATE_RETRIABLE or time.monotonic() > deadline:
                 raise
+        except TimeoutError:
+            if time.monotonic() > deadline:
+                raise
+        tried = True
         time.sleep(0.5)
     return int(eventually(lambda: full_isr(cluster, name), 20))
 
