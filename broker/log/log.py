@@ -1035,12 +1035,15 @@ class Log:
         the one holding it is cut at the batch holding it, its indexes with it; producer
         state is rebuilt from the newest snapshot at or below the new end, the leader epoch
         cache and the transaction indexes lose what lies past it. Whether anything was
-        removed (nothing is when ``offset`` is at or past the log end)."""
+        removed (nothing is when ``offset`` is at or past the log end; an epoch entry
+        starting at the log end still goes: this replica led in that epoch and appended
+        nothing, and the leader's log, which it follows now, has no such epoch)."""
         if offset < 0:
             raise ValueError(f"cannot truncate {self.topic}-{self.partition} to {offset}")
         if self.log_dir in self._offline_dirs:
             raise self._offline_error()
         if offset >= self._next_offset:
+            self._truncate_epochs_from_end(self._next_offset)
             return False
         if offset <= max(self.log_start_offset, self.segments[0].base_offset):
             self.truncate_fully_and_start_at(offset)
@@ -1107,11 +1110,19 @@ class Log:
             self.high_watermark = new_end
         self._unsynced_snapshots = [
             p for p in self._unsynced_snapshots if p.exists()]
-        epochs = self.leader_epoch_cache
-        epochs.truncate_from_end(new_end)
-        epochs.write_if_dirty()
+        self._truncate_epochs_from_end(new_end)
         self.producer_state.load(self.segments, self.log_start_offset, new_end, new_end,
                                  recovery_point=self.recovery_point)
+
+    def _truncate_epochs_from_end(self, end_offset: int) -> None:
+        """The epoch cache loses the entries starting at or after ``end_offset``, on disk
+        too."""
+        epochs = self.leader_epoch_cache
+        epochs.truncate_from_end(end_offset)
+        try:
+            epochs.write_if_dirty()
+        except OSError as e:
+            raise self._dir_failed("truncating the leader epochs of", e) from e
 
     # -- transactions -----------------------------------------------------------------------------
     @property

@@ -389,6 +389,7 @@ class Partition:
             replication = LeaderReplication({}, clock_ms, lag_time_max_ms, self.high_watermark)
             self.replication = replication
             self._restore_high_watermark(replication)
+            self._count_own_end(replication)
         replication.clock_ms = clock_ms
         replication.lag_time_max_ms = lag_time_max_ms
         old = replication.followers
@@ -402,12 +403,32 @@ class Partition:
                 follower.reset(now, self.log_end_offset, follower.broker_id in self.isr)
         return self.maybe_increment_high_watermark()
 
+    def _own_end(self) -> int:
+        """What this replica holds as the high watermark counts it: its log end, or what of
+        it is durable when the flush gates the high watermark."""
+        return self.log.recovery_point if self.hw_gated_by_flush else self.log_end_offset
+
+    def _count_own_end(self, replication: LeaderReplication) -> None:
+        """Leading with followers from now: what this replica appended until now (as a
+        follower, or before a restart) counts as its own end at once, as Kafka's leader
+        counts its log end offset. Otherwise only a new append as leader would move it, and a
+        producer that retries only batches this log already holds (answered as duplicates,
+        waiting for the high watermark) would wait for ever. Bytes still queued for the log
+        dir's writer count once it made them durable."""
+        end = self.log_end_offset
+        if end > self.high_watermark:
+            replication.record_end(end, self.appended_bytes)
+        own = self._own_end()
+        replication.local_end_offset = max(replication.local_end_offset, own)
+        if own < end and self.log.writes_on_writer:
+            self._unwritten = deque([(end, self.appended_bytes)])
+
     def _lead_alone(self) -> bool:
         """Leading with no followers, an ISR of one (Kafka's maybeIncrementLeaderHW): all
         this replica holds is committed, up to what is durable when the flush gates the high
         watermark. A partition that followed until now may have had a lower high watermark
         (the leader's, or its checkpoint's). Whether it moved."""
-        end = self.log.recovery_point if self.hw_gated_by_flush else self.log_end_offset
+        end = self._own_end()
         if end <= self.high_watermark:
             return False
         at_bytes = self.appended_bytes if end == self.log_end_offset else self.hw_bytes + 1

@@ -118,8 +118,13 @@ def consume_all(servers: str, topic: str, end: int) -> list[tuple[int, bytes]]:
 def batches_on_disk(broker: BrokerProcess, topic: str) -> list[tuple[int, int, int, int]]:
     """(base offset, last offset, partition leader epoch, CRC) of every batch in the broker's
     segment files of partition 0, in offset order."""
+    return batches_in(broker.data_dir / "logs", topic)
+
+
+def batches_in(log_dir: Path, topic: str) -> list[tuple[int, int, int, int]]:
+    """As batches_on_disk, of the partition's dir in ``log_dir``."""
     out: list[tuple[int, int, int, int]] = []
-    for path in sorted((broker.data_dir / "logs" / f"{topic}-0").glob("*.log")):
+    for path in sorted((log_dir / f"{topic}-0").glob("*.log")):
         data = path.read_bytes()
         for _pos, h in iter_batches(data):
             if h.base_offset == 0 and h.batch_length == 0:

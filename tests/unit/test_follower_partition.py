@@ -3,6 +3,7 @@ requests answered at once, the high watermark the leader's capped by the own log
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -102,3 +103,32 @@ async def test_a_follower_left_alone_as_leader_commits_its_whole_log(
     fetch = rm.fetch_messages([PartitionFetch(TP, 0, MAX_BYTES)], MAX_BYTES, 0, 0)
     assert fetch.result()[0].error == ErrorCode.NONE
     assert fetch.result()[0].high_watermark == 10
+
+
+@pytest.mark.parametrize("configs", [{}, {"flush.messages": "1"}], ids=["unflushed", "fsynced"])
+async def test_a_follower_made_leader_counts_what_it_holds(
+        parts: Components, tmp_path: Path, configs: dict[str, str]) -> None:
+    """A follower made leader with followers: what it appended as follower counts as its own
+    end at once, so a follower fetching at that end moves the high watermark there without
+    any new append (a producer retrying only batches the log holds gets them answered)."""
+    parts.topics.create_topic(TOPIC, 1, configs)
+    rm = parts.replica_manager
+    rm.broker_id = 0
+    rm.make_follower(TP, 1, 3, [0, 1, 2], [0, 1, 2], 0, partition=rm.partitions[TP])
+    p = rm.follower_partitions[TP]
+    leader = leader_log(tmp_path, 5)
+    info = p.append_as_follower(bytes(leader.read(0, MAX_BYTES, None, True)), T0)
+    rm.follower_appended(p, info)
+    assert p.update_follower_high_watermark(4)
+    for _ in range(200):  # the flush policy (or the dir's writer) makes it durable
+        if p.log.recovery_point == 10:
+            break
+        await asyncio.sleep(0.01)
+    rm.remove_follower_partition(TP)
+    rm.add_partition(p)
+    rm.make_leader(TP, 4, replicas=[0, 2], isr=[0, 2], partition_epoch=1)
+    assert p.high_watermark == 4
+    follower = p.follower(2)
+    assert follower is not None
+    assert p.update_follower_fetch_state(follower, 10, 0, p.log_end_offset, -1)
+    assert p.high_watermark == 10

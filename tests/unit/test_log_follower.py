@@ -218,3 +218,18 @@ def test_truncate_to_at_or_below_the_start_empties_the_log(tmp_path: Path) -> No
     assert (follower.log_start_offset, follower.log_end_offset) == (0, 0)
     replicate(leader, follower)
     assert all_batches(follower) == all_batches(leader)
+
+
+def test_truncate_to_the_end_drops_an_epoch_that_wrote_nothing(tmp_path: Path) -> None:
+    """A replica that became leader in an epoch and appended nothing before another was
+    elected: truncating to its end (the leader's answer for its previous epoch) removes that
+    epoch's entry, on disk too, so its next fetch no longer names an epoch the leader lacks."""
+    log = open_log(tmp_path, "replica")
+    log.append(plain(3), T0, leader_epoch=1)
+    log.maybe_assign_epoch_start_offset(2, log.log_end_offset)
+    assert log.latest_epoch == 2
+    assert not log.truncate_to(log.log_end_offset)
+    assert log.latest_epoch == 1
+    assert log.log_end_offset == 3
+    log.close()
+    assert open_log(tmp_path, "replica").latest_epoch == 1

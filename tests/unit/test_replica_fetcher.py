@@ -57,3 +57,19 @@ def test_unknown_answers(tmp_path: Path) -> None:
     # an epoch below every one here: the cache answers it ending where epoch 4 starts
     # (Kafka's endOffsetFor), so everything goes
     assert truncation_offset(p, EpochEndOffset(1, 4)) == (0, True)
+
+
+def test_an_epoch_led_without_appends_is_dropped_by_the_truncation(tmp_path: Path) -> None:
+    """This replica led in epoch 3 and appended nothing; the leader elected after it never
+    had epoch 3 and answers epoch 2 ending at this replica's end. The truncation there
+    changes no record but drops epoch 3, so the next fetch names epoch 2 as its last fetched
+    one and the leader finds no divergence (with epoch 3 kept it would answer a DivergingEpoch
+    to every fetch, and the follower would never append again)."""
+    p = follower(tmp_path, [(1, 3), (2, 4)])
+    p.make_leader(3)
+    assert p.log.latest_epoch == 3
+    offset, completed = truncation_offset(p, EpochEndOffset(2, 7))
+    assert (offset, completed) == (7, True)
+    assert not p.truncate_to(offset)
+    assert p.log.latest_epoch == 2
+    assert p.log_end_offset == 7
