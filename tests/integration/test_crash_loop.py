@@ -47,6 +47,10 @@ from tests.support.clients import (
 KILLS = 20
 PARTITIONS = 3
 RATE = 1500  # records/s offered, whether the broker is up or not, while librdkafka queues them
+# Records offered and not yet reported, at most: thousands are queued or in flight at every
+# kill, and the drain after the last restart stays within its deadline on a slow machine
+# (unbounded, a loaded box left a backlog of 100,000 records for the final flush).
+BACKLOG = 5000
 OVERRIDES = {
     "log.flush.interval.messages": "1",
     # Small segments and frequent checkpoints: kills land around rolls, producer snapshots and
@@ -107,7 +111,7 @@ class ProducerThread(threading.Thread):
         try:
             while not self.stopping.is_set():
                 due = int((time.monotonic() - start) * RATE)
-                while i < due:
+                while i < due and i - self.reported() < BACKLOG:
                     value = f"v{i:07d}-".encode() + b"x" * 40
                     try:
                         self.producer.produce(self.topic, value=value, partition=i % PARTITIONS,
@@ -123,6 +127,9 @@ class ProducerThread(threading.Thread):
             self.out.unflushed = self.producer.flush(5 if self.broken else self.flush_timeout)
         except BaseException as e:
             self.out.crashed = self.out.crashed or e
+
+    def reported(self) -> int:
+        return len(self.out.acked) + len(self.out.failed)
 
     @property
     def broken(self) -> bool:
