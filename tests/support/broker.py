@@ -99,7 +99,14 @@ class BrokerProcess:
         assert self.proc is not None
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            # The failure is the test's to report; a broker left running would load every
+            # test after it (and the machine after the run).
+            self.proc.kill()
+            self.proc.wait(10)
+            raise
 
     def kill(self) -> None:
         """SIGKILL: the crash path."""
