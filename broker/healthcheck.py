@@ -22,7 +22,8 @@ def request() -> bytes:
     return struct.pack(">i", len(body)) + body
 
 
-def _read_exactly(sock: socket.socket, n: int) -> bytes:
+def read_exactly(sock: socket.socket, n: int) -> bytes:
+    """``n`` bytes from a blocking socket; ConnectionError if the peer closes first."""
     buf = bytearray()
     while len(buf) < n:
         chunk = sock.recv(n - len(buf))
@@ -37,10 +38,10 @@ def check(host: str, port: int, timeout: float = 5.0) -> str | None:
     try:
         with socket.create_connection((host, port), timeout=timeout) as sock:
             sock.sendall(request())
-            (size,) = struct.unpack(">i", _read_exactly(sock, 4))
+            (size,) = struct.unpack(">i", read_exactly(sock, 4))
             if not 6 <= size <= 1 << 20:
                 return f"unexpected response size {size}"
-            frame = _read_exactly(sock, size)
+            frame = read_exactly(sock, size)
     except OSError as exc:
         return f"{host}:{port}: {exc}"
     correlation_id, error_code = struct.unpack_from(">ih", frame)

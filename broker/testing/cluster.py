@@ -47,6 +47,7 @@ from broker.cluster.etcd_process import EtcdProcess, free_port
 from broker.cluster.paths import BROKER_IDS, CONTROLLER
 from broker.cluster.store import KeyValue, StoreUnavailable
 from broker.cluster.topic_state import PartitionState, TopicAssignment, state_key, topic_key
+from broker.healthcheck import read_exactly
 from broker.interbroker.client import BrokerUnavailable
 from broker.server import Broker
 from broker.testing.embedded import EmbeddedBroker, property_name
@@ -118,16 +119,6 @@ class ClusterFaults:
             self.slow.clear()
 
 
-def _read_exactly(sock: socket.socket, size: int) -> bytes:
-    data = bytearray()
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise ConnectionError("the broker closed the connection")
-        data += chunk
-    return bytes(data)
-
-
 class ClusterBroker:
     """One broker of an EmbeddedCluster: an EmbeddedBroker on a fixed port, joined to the
     cluster's etcd, with the cluster's fault hooks installed on each start."""
@@ -171,8 +162,8 @@ class ClusterBroker:
         request.with_header(correlation_id=1, client_id="embedded-cluster")
         with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as sock:
             sock.sendall(bytes(request.encode(header=True, framed=True)))
-            (size,) = struct.unpack(">i", _read_exactly(sock, 4))
-            frame = _read_exactly(sock, size)
+            (size,) = struct.unpack(">i", read_exactly(sock, 4))
+            frame = read_exactly(sock, size)
         answer = MetadataResponse[1].decode(frame[4:], version=1)  # after the correlation id
         return sorted(b.node_id for b in answer.brokers)
 
