@@ -121,6 +121,10 @@ def consume_kafka_python(bootstrap: str, topic: str, group: str, probe: Probe) -
         bootstrap_servers=bootstrap, group_id=group, session_timeout_ms=SESSION_MS,
         auto_offset_reset="earliest", enable_auto_commit=False, fetch_max_wait_ms=100,
         request_timeout_ms=15000)
+    # kafka-python rejoins when the topic's metadata arrives after its first assignment (its
+    # metadata snapshot changed), a second rebalance of its own making on a slow machine: the
+    # topic's metadata is fetched before it subscribes.
+    assert consumer.partitions_for_topic(topic) == {0}
     started = time.monotonic()
 
     class Listener(ConsumerRebalanceListener):
