@@ -122,6 +122,12 @@ def keys_by_partition(partition_of: Any, count: int, prefix: str) -> dict[int, s
     return found
 
 
+def found_by(broker: BrokerProcess, keys: list[str]) -> dict[str, Any] | None:
+    """``broker``'s FindCoordinator answers for the group ``keys``, once all are found."""
+    answers = find(broker, GROUP_TYPE, keys)
+    return answers if all(c.error_code == 0 for c in answers.values()) else None
+
+
 def test_find_coordinator_answers_the_leader_of_the_keys_partition(
         three: list[BrokerProcess]) -> None:
     asked = three[0]
@@ -133,19 +139,16 @@ def test_find_coordinator_answers_the_leader_of_the_keys_partition(
     assert set(led.values()) == {1, 2, 3}, led  # spread over the live brokers
     ports = {node_of(b): b.port for b in three}
 
-    def all_found() -> dict[str, Any] | None:
-        answers = find(asked, GROUP_TYPE, list(group_keys.values()))
-        return answers if all(c.error_code == 0 for c in answers.values()) else None
-
-    answers = eventually(all_found, 30)
+    answers = eventually(lambda: found_by(asked, list(group_keys.values())), 30)
     for partition, key in group_keys.items():
         c = answers[key]
         assert (c.node_id, c.host, c.port) == (led[partition], "127.0.0.1",
                                                ports[led[partition]]), (partition, c)
     assert len({answers[k].node_id for k in group_keys.values()}) == 3  # answers differ
-    # Every broker answers the same; v3 (one key) too.
+    # Every broker answers the same once it has the topic's partition states (each learns
+    # them from its own watch, as a Kafka broker from UpdateMetadata); v3 (one key) too.
     for broker in three[1:]:
-        again = find(broker, GROUP_TYPE, list(group_keys.values()))
+        again = eventually(lambda b=broker: found_by(b, list(group_keys.values())), 30)
         assert {k: c.node_id for k, c in again.items()} == {k: c.node_id
                                                            for k, c in answers.items()}
     one = find_v3(three[2], GROUP_TYPE, group_keys[0])
