@@ -27,6 +27,7 @@ from broker.apis.offset_commit import requested_offsets, split_readable
 from broker.group.offset_cache import OffsetAndMetadata
 from broker.group.offsets import offset_commit_error
 from broker.group.offsets_store import TOPIC
+from broker.replica.delayed_result import Completion, chain, completed
 from broker.security.acl import AclOperation, ResourceType
 from protocol.errors import ErrorCode
 
@@ -40,6 +41,8 @@ VERSIONS = range(0, 5)
 Topic = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
 Partition = Topic.TxnOffsetCommitResponsePartition
 TopicPartition = tuple[str, int]
+#: What the check refuses, by partition; None when the offsets may be committed.
+Refusal = dict[TopicPartition, ErrorCode] | None
 #: From this version the client understands TRANSACTION_ABORTABLE (Kafka's genericError).
 ABORTABLE_VERSION = 4
 
@@ -63,21 +66,29 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
         offsets, denied = split_readable(ctx, request, offsets)
         if not offsets:
             return _response(denied, version)
-    refusal = _verify(ctx, req.transactional_id, req.producer_id, req.producer_epoch,
-                      req.group_id, offsets, version)
-    if refusal is not None:
-        return _response({**refusal, **denied}, version)
-    result = ctx.groups.commit_transactional_offsets(
-        req.group_id, req.producer_id, req.producer_epoch, member_id, instance_id,
-        generation_id, offsets)
-    return result.then(lambda r: _response({**r, **denied}, version))
+    def commit(refusal: dict[TopicPartition, ErrorCode] | None
+               ) -> Completion[TxnOffsetCommitResponse]:
+        if refusal is not None:
+            return completed(_response({**refusal, **denied}, version))
+        result = ctx.groups.commit_transactional_offsets(
+            req.group_id, req.producer_id, req.producer_epoch, member_id, instance_id,
+            generation_id, offsets)
+        return result.then(lambda r: _response({**r, **denied}, version))
+
+    verified = _verify(ctx, req.transactional_id, req.producer_id, req.producer_epoch,
+                       req.group_id, offsets, version)
+    if isinstance(verified, Completion):  # asked of the coordinator on another broker
+        return chain(verified, commit)
+    return commit(verified)
 
 
 def _verify(ctx: ApiContext, transactional_id: str, producer_id: int, producer_epoch: int,
             group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata], version: int
-            ) -> dict[TopicPartition, ErrorCode] | None:
+            ) -> Refusal | Completion[Refusal]:
     """The KIP-890 check, as Kafka's handleTxnCommitOffsets makes it: after the unknown
-    partitions are answered and the group id is judged, before the group is. None: go on."""
+    partitions are answered and the group id is judged, before the group is. None: go on.
+    In a cluster whose transaction coordinator for ``transactional_id`` is another broker,
+    it is asked there (AddPartitionsToTxn, verify only), answered later."""
     if not group_id:
         return None
     partitions = ctx.replica_manager.partitions
@@ -90,12 +101,24 @@ def _verify(ctx: ApiContext, transactional_id: str, producer_id: int, producer_e
         entry = offsets_partition.log.producer_state.last_entry(producer_id)
         if entry is not None and entry.current_txn_first_offset >= 0:
             return None  # the transaction is open there already (Kafka's hasOngoingTransaction)
+    remote = ctx.replica_manager.verify_transaction_remote
+    pending = (remote(transactional_id, producer_id, producer_epoch, [offsets_tp])
+               if remote is not None else None)
+    if pending is not None:
+        return pending.then(lambda errors: _refusal(
+            errors.get(offsets_tp, ErrorCode.NONE), offsets, known, version))
     error = ctx.transactions.verify_partition(transactional_id, producer_id, producer_epoch,
                                               offsets_tp)
+    return _refusal(error, offsets, known, version)
+
+
+def _refusal(error: ErrorCode, offsets: dict[TopicPartition, OffsetAndMetadata],
+             known: list[TopicPartition], version: int) -> Refusal:
+    """None when verified; else each partition's error (unknown ones stay unknown)."""
     if error == ErrorCode.NONE:
         return None
     error = _client_error(ErrorCode(error), version)
-    return {tp: (error if tp in partitions else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    return {tp: (error if tp in known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             for tp in offsets}
 
 

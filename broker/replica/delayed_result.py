@@ -210,6 +210,31 @@ def completed(value: T) -> Completion[T]:
     return done
 
 
+def chain(first: Completion[T], then: Callable[[T], Completion[R]]) -> Completion[R]:
+    """``then``'s completion, started with ``first``'s result (failed if either fails)."""
+    out: Completion[R] = Completion()
+
+    def second(c: Completion[R]) -> None:
+        error = c.exception()
+        if error is not None:
+            out.set_exception(error)
+        else:
+            out.set_result(c.result())
+
+    def first_done(c: Completion[T]) -> None:
+        error = c.exception()
+        if error is not None:
+            out.set_exception(error)
+            return
+        try:
+            then(c.result()).add_done_callback(second)
+        except Exception as e:
+            out.set_exception(e)
+
+    first.add_done_callback(first_done)
+    return out
+
+
 def all_of(completions: list[Completion[T]]) -> Completion[list[T]]:
     """The results of every Completion, in order, once every one is done; otherwise the first
     failure (or cancellation) among them, in that order."""

@@ -29,7 +29,6 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
 import structlog
 
@@ -39,7 +38,7 @@ from broker.log.txn_index import AbortedTxn
 from broker.metrics.instruments import Histogram
 from broker.replica.delayed_fetch import DelayedFetch
 from broker.replica.delayed_produce import DelayedProduce
-from broker.replica.delayed_result import Completion, completed
+from broker.replica.delayed_result import Completion, chain, completed
 from broker.replica.hw_checkpoint import HighWatermarkCheckpoints, HighWatermarks
 from broker.replica.partition import Partition
 from broker.replica.replica_state import IsrFenced, IsrWriter, LeaderAndIsrState, ReplicaState
@@ -60,8 +59,6 @@ READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
 #: Asks the transaction coordinator whether a partition is in a producer's ongoing transaction
 #: (transactional id, producer id, producer epoch, partition) -> error; set by the server.
-T = TypeVar("T")
-R = TypeVar("R")
 TransactionVerifier = Callable[[str, int, int, TopicPartition], ErrorCode]
 # Cluster mode: the check asked of a transaction coordinator on another broker (transactional
 # id, producer id, epoch, partitions); None when the coordinator is this broker's own.
@@ -197,7 +194,7 @@ class ReplicaManager:
             if pending is not None:
                 # Appended once the remote coordinator answers: its answers on one connection
                 # come in order, so a partition's produces stay in arrival order.
-                return _chain(pending, lambda errors: self._append_verified(
+                return chain(pending, lambda errors: self._append_verified(
                     entries, self._refusals(errors, transactional_id, api_version),
                     api_version, acks, timeout_ms, origin))
             refused = self._verify_transaction(producer, to_verify, transactional_id,
@@ -981,31 +978,6 @@ class _DeleteDueSegments(TimerTask):
             log.delete_due_segments(max(self._clock.wall_ms(), self._due_ms))
         except KafkaStorageError:
             pass  # its dir is offline now, reported once
-
-
-def _chain(first: Completion[T], then: Callable[[T], Completion[R]]) -> Completion[R]:
-    """``then``'s completion, started with ``first``'s result (failed if either fails)."""
-    out: Completion[R] = Completion()
-
-    def second(c: Completion[R]) -> None:
-        error = c.exception()
-        if error is not None:
-            out.set_exception(error)
-        else:
-            out.set_result(c.result())
-
-    def first_done(c: Completion[T]) -> None:
-        error = c.exception()
-        if error is not None:
-            out.set_exception(error)
-            return
-        try:
-            then(c.result()).add_done_callback(second)
-        except Exception as e:
-            out.set_exception(e)
-
-    first.add_done_callback(first_done)
-    return out
 
 
 def _errors(results: ProduceResults) -> dict[TopicPartition, ErrorCode]:

@@ -10,6 +10,7 @@ partition back with the group's offsets loaded from its log.
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Iterator
@@ -148,7 +149,7 @@ def test_find_coordinator_answers_the_leader_of_the_keys_partition(
     # Every broker answers the same once it has the topic's partition states (each learns
     # them from its own watch, as a Kafka broker from UpdateMetadata); v3 (one key) too.
     for broker in three[1:]:
-        again = eventually(lambda b=broker: found_by(b, list(group_keys.values())), 30)
+        again = eventually(functools.partial(found_by, broker, list(group_keys.values())), 30)
         assert {k: c.node_id for k, c in again.items()} == {k: c.node_id
                                                            for k, c in answers.items()}
     one = find_v3(three[2], GROUP_TYPE, group_keys[0])
