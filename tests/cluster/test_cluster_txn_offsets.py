@@ -33,13 +33,15 @@ def group_partition(group_id: str) -> int:
     return (java_string_hash(group_id) & 0x7FFFFFFF) % PARTITIONS
 
 
-def ids_on_different_brokers(cluster: EmbeddedCluster) -> tuple[str, str]:
-    """A group id and a transactional id whose coordinators are different brokers."""
+def ids_on_different_brokers(cluster: EmbeddedCluster, source: str) -> tuple[str, str]:
+    """A group id whose coordinator leads ``source``-0 (the committed partition is its own,
+    so the commit is verified) and a transactional id coordinated on another broker."""
+    source_leader = cluster.wait_for_leader(source, 0)
     for _ in range(1000):
         group, txn = f"g-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
         group_leader = cluster.leader("__consumer_offsets", group_partition(group))
         txn_leader = cluster.leader("__transaction_state", txn_partition_for(txn, PARTITIONS))
-        if None not in (group_leader, txn_leader) and group_leader != txn_leader:
+        if group_leader == source_leader and txn_leader not in (None, group_leader):
             return group, txn
     raise AssertionError("no pair of ids on different coordinators")
 
@@ -66,7 +68,7 @@ def test_offsets_commit_in_a_transaction_coordinated_on_another_broker(
     for f in admin.create_topics([NewTopic(t, 1, 1) for t in (source, sink)]).values():
         f.result(30)
     make_internal_topics(cluster, source)
-    group, txn = ids_on_different_brokers(cluster)
+    group, txn = ids_on_different_brokers(cluster, source)
     feeder = Producer({"bootstrap.servers": cluster.bootstrap_servers})
     feeder.produce(source, b"one")
     assert feeder.flush(30) == 0
