@@ -84,6 +84,13 @@ async def test_requests_wait_for_etcd_up_to_their_timeout_then_fail_unavailable(
     try:
         await store.put("/a", b"1")
         own_etcd.kill()
+        # A request sent before gRPC saw the connection drop fails as soon as it does
+        # (it was on the wire: wait-for-ready does not apply); from then on the channel
+        # knows etcd is gone and every request waits for it.
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable):
+            await store.get("/a")
+        assert time.monotonic() - started < 2.0
         started = time.monotonic()
         with pytest.raises(StoreUnavailable):
             await store.get("/a")
