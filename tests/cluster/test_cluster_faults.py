@@ -90,6 +90,10 @@ def all_led(broker: BrokerProcess, topic: str, count: int) -> dict[int, Any] | N
 
 
 RETRIABLE = {NOT_CONTROLLER, REQUEST_TIMED_OUT}
+# librdkafka's own error for a request in flight to a broker it dropped because a Metadata
+# answer left that broker out (one that is registering again after its session expired):
+# the Java admin client retries a request whose connection went the same way.
+CLIENT_RETRIABLE = {KafkaError._DESTROY_BROKER}
 TOPIC_ALREADY_EXISTS = 36
 
 
@@ -113,7 +117,8 @@ def admin_create(servers: str, name: str, partitions: int, within_s: float = 60)
             code = e.args[0].code()
             if code == TOPIC_ALREADY_EXISTS and tries > 1:
                 return
-            if code not in RETRIABLE and not e.args[0].retriable():
+            if (code not in RETRIABLE | CLIENT_RETRIABLE
+                    and not e.args[0].retriable()):
                 raise
             if time.monotonic() > deadline:
                 raise
