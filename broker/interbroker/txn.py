@@ -19,7 +19,8 @@ transactional produce against a coordinator on another broker.
 
   What the caller gets, as Kafka's AddPartitionsToTxnManager hands it on: COORDINATOR_NOT_AVAILABLE
   when the coordinator's partition has no leader or its leader is not live; NETWORK_EXCEPTION
-  when the request got no answer (timed out, disconnected, refused credentials); no error when
+  when the request got no answer (timed out, disconnected; refused credentials too, where
+  Kafka hands on the authentication error); no error when
   the coordinator cannot verify (AddPartitionsToTxn below v4: Kafka skips the check);
   INVALID_TXN_STATE for a request-level CLUSTER_AUTHORIZATION_FAILED (a client must not see it);
   otherwise each partition's answer as the coordinator gave it (NOT_COORDINATOR and
