@@ -77,13 +77,19 @@ def make_internal_topics(cluster: EmbeddedCluster, topic: str) -> None:
             cluster.wait_for_leader(name, p)
 
 
-def test_offsets_commit_in_a_transaction_coordinated_on_another_broker(
-        cluster: EmbeddedCluster) -> None:
+def source_and_sink(cluster: EmbeddedCluster) -> tuple[str, str]:
+    """Two new topics of one partition, with both internal topics made and led."""
     source, sink = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
     for f in admin.create_topics([NewTopic(t, 1, 1) for t in (source, sink)]).values():
         f.result(30)
     make_internal_topics(cluster, source)
+    return source, sink
+
+
+def test_offsets_commit_in_a_transaction_coordinated_on_another_broker(
+        cluster: EmbeddedCluster) -> None:
+    source, sink = source_and_sink(cluster)
     group, txn = ids_on_different_brokers(cluster, source)
     feeder = Producer({"bootstrap.servers": cluster.bootstrap_servers})
     feeder.produce(source, b"one")
@@ -158,11 +164,7 @@ def test_offsets_of_partitions_led_elsewhere_are_verified(cluster: EmbeddedClust
     offsets partition must still be in the transaction (Kafka verifies the group's
     __consumer_offsets partition, not the committed ones), refused as Kafka refuses it until
     AddOffsetsToTxn, then committed with the transaction."""
-    source, sink = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
-    for f in admin.create_topics([NewTopic(t, 1, 1) for t in (source, sink)]).values():
-        f.result(30)
-    make_internal_topics(cluster, source)
+    source, sink = source_and_sink(cluster)
     group, txn = ids_away_from(cluster, source)
     group_node = cluster.wait_for_leader("__consumer_offsets", group_partition(group))
     txn_node = cluster.wait_for_leader("__transaction_state", txn_partition_for(txn, PARTITIONS))
