@@ -121,8 +121,27 @@ def admin_create(servers: str, name: str, partitions: int, within_s: float = 60)
                     and not e.args[0].retriable()):
                 raise
             if time.monotonic() > deadline:
-                raise
+                raise AssertionError(f"{e.args[0]} after {tries} tries; the controller by "
+                                     f"broker: {controllers_seen(servers)}") from e
         time.sleep(0.5)
+
+
+def controllers_seen(servers: str) -> dict[int, Any]:
+    """The controller id each broker's Metadata names (for a failure)."""
+    seen: dict[int, Any] = {}
+    for address in servers.split(","):
+        port = int(address.rpartition(":")[2])
+        try:
+            wire = Wire(port, timeout=5)
+            try:
+                seen[port] = wire.request(MetadataRequest[12](
+                    topics=[], allow_auto_topic_creation=False,
+                    include_topic_authorized_operations=False), MetadataResponse).controller_id
+            finally:
+                wire.close()
+        except OSError as e:
+            seen[port] = repr(e)
+    return seen
 
 
 def create_topic(brokers: list[BrokerProcess], name: str, partitions: int) -> dict[int, Any]:
@@ -481,8 +500,23 @@ def high_watermark(consumer: Consumer, tp: TopicPartition, within_s: float = 60)
                 KafkaError._UNKNOWN_PARTITION, KafkaError.NOT_LEADER_FOR_PARTITION,
                 KafkaError.LEADER_NOT_AVAILABLE)
             if not retriable or time.monotonic() > deadline:
-                raise
+                raise AssertionError(f"{error}; the client sees {client_view(consumer, tp)}"
+                                     ) from e
         time.sleep(0.5)
+
+
+def client_view(consumer: Consumer, tp: TopicPartition) -> str:
+    """The partition and the brokers as librdkafka's metadata has them (for a failure)."""
+    try:
+        md = consumer.list_topics(tp.topic, timeout=5)
+    except KafkaException as e:
+        return f"no metadata ({e})"
+    topic = md.topics.get(tp.topic)
+    part = None if topic is None else topic.partitions.get(tp.partition)
+    where = ("no such topic" if topic is None else f"topic error {topic.error}" if part is None
+             else f"leader {part.leader}, replicas {part.replicas}, isr {part.isrs}, "
+                  f"error {part.error}")
+    return f"{where}; brokers {sorted(md.brokers)} (answered by {md.orig_broker_id})"
 
 
 def read_everything(servers: str, topic: str, partitions: int) -> set[bytes]:
