@@ -164,8 +164,12 @@ class ControllerElection:
                 self._run(lease), name=f"controller-election-{self.broker_id}")
 
     def broker_lost(self, epoch: int, reason: str) -> None:
-        """Resign before anything else: the lease ``/controller`` is on may be gone."""
+        """Resign before anything else: the lease ``/controller`` is on may be gone. Forget
+        the controller known too: it may have lost its registration as well (etcd away), and
+        a client told of it would send it admin requests until its metadata is refreshed;
+        Metadata names none (-1) until this broker, registered again, reads the key."""
         self._resign(f"broker registration lost: {reason}")
+        self.active_controller_id = None
         task, self._task = self._task, None
         if task is not None:
             task.cancel()

@@ -230,6 +230,29 @@ async def test_one_controller_is_elected_and_a_deposed_ones_writes_are_refused(
     assert await s.get(CONTROLLER) is None
 
 
+async def test_a_broker_that_lost_its_registration_names_no_controller(
+    backend: Backend,
+) -> None:
+    """Until it is registered again and has read ``/controller``, a broker cannot know the
+    controller (it may have lost its registration too): Metadata must not name it."""
+    won: list[ControllerContext] = []
+    resigned: list[str] = []
+    reg1, el1 = await elect(backend, 1, won, resigned)
+    reg2, el2 = await elect(backend, 2, won, resigned)
+    try:
+        assert await backend.eventually(
+            lambda: len(won) == 1 and el1.active_controller_id == el2.active_controller_id
+            == won[0].broker_id, within_s=5)
+        follower, follower_reg = (el2, reg2) if won[0].broker_id == 1 else (el1, reg1)
+        assert follower_reg.epoch is not None
+        follower.broker_lost(follower_reg.epoch, "no refresh answered for the lease's TTL")
+        assert follower.active_controller_id is None and resigned == []
+    finally:
+        for el, reg in ((el1, reg1), (el2, reg2)):
+            await el.stop()
+            await reg.stop()
+
+
 async def test_a_deleted_controller_key_makes_the_controller_resign_and_run_again(
     backend: Backend,
 ) -> None:
