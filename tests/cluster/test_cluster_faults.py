@@ -100,12 +100,15 @@ TOPIC_ALREADY_EXISTS = 36
 def admin_create(servers: str, name: str, partitions: int, within_s: float = 60) -> None:
     """CreateTopics through confluent-kafka's admin client, asked again on the retriable
     errors Kafka's Java admin client retries (librdkafka returns them); a topic that exists
-    after a retry was created by an earlier try whose answer said otherwise."""
-    admin = AdminClient({"bootstrap.servers": servers})
+    after a retry was created by an earlier try whose answer said otherwise. Each try has a
+    client of its own: librdkafka keeps the controller it learnt (a NOT_CONTROLLER answer
+    does not refresh it; a client that learnt none while the brokers registered again after
+    an etcd outage waited out two 30 s tries), where Java's admin client asks again."""
     deadline = time.monotonic() + within_s
     tries = 0
     while True:
         tries += 1
+        admin = AdminClient({"bootstrap.servers": servers})
         try:
             admin.create_topics([NewTopic(name, partitions, 1)],
                                 operation_timeout=10)[name].result(30)
