@@ -286,6 +286,7 @@ class ClusterTarget:
     HEAL_TIMEOUT_S = 60.0
     ALONE_RECORDS = 10  # what an unclean failover waits for the lone leader to commit
     ALONE_WAIT_S = 10.0  # ... at most (under min.insync.replicas above 1 it commits none)
+    OVERWRITE_WAIT_S = 30.0  # at most, for the new leader to reach the lone leader's end
 
     def __init__(self, cluster: EmbeddedCluster, topic: str, partitions: int) -> None:
         self.cluster, self.topic, self.partitions = cluster, topic, partitions
@@ -359,7 +360,10 @@ class ClusterTarget:
         it crashes and its registration expires; the followers come back, and the
         controller they elect replaces the gone leader: with
         unclean.leader.election.enable by a replica out of the ISR (what the lone leader
-        committed is then lost), else by no leader until ``node`` is back."""
+        committed is then lost), else by no leader until ``node`` is back. An unclean
+        leader is then given time (``OVERWRITE_WAIT_S`` at most) to commit the producers'
+        new records up to the lone leader's high watermark: the offsets lost are read again,
+        holding other values, and the checker can tell lost from unseen records."""
         c, tp = self.cluster, (self.topic, partition)
         followers = [n for n in c.replicas(*tp) if n != node]
         for follower in followers:
@@ -367,7 +371,8 @@ class ClusterTarget:
         end = self._local(node, tp, "log_end_offset")  # no follower has more: crashed since
         c.wait_for(lambda: c.isr(*tp) == [node], self.HEAL_TIMEOUT_S,
                    f"{self.topic}-{partition}'s ISR to shrink to its leader {node}")
-        committed = self._wait_committed(node, tp, end + self.ALONE_RECORDS)
+        self._wait_high_watermark(node, tp, end + self.ALONE_RECORDS, self.ALONE_WAIT_S)
+        committed = self._local(node, tp, "high_watermark")
         c.kill(node)
         c.wait_for(lambda: node not in c.registered(), self.HEAL_TIMEOUT_S,
                    f"broker {node}'s registration to expire")
@@ -376,9 +381,12 @@ class ClusterTarget:
         c.wait_for(lambda: c.leader(*tp) != node, self.HEAL_TIMEOUT_S,
                    f"the controller to replace the crashed leader of {self.topic}-{partition}")
         leader = c.leader(*tp)
-        outcome = (f"broker {leader} elected out of the ISR [{node}] (unclean), ISR "
-                   f"{c.isr(*tp)}" if leader is not None
-                   else f"offline: no replica of the ISR {c.isr(*tp)} is live")
+        if leader is None:
+            outcome = f"offline: no replica of the ISR {c.isr(*tp)} is live"
+        else:
+            reached = self._wait_high_watermark(leader, tp, committed, self.OVERWRITE_WAIT_S)
+            outcome = (f"broker {leader} elected out of the ISR [{node}] (unclean), ISR "
+                       f"{c.isr(*tp)}, its high watermark {reached} a while later")
         return (f"crashed {followers}, the followers of broker {node} (leader of "
                 f"{self.topic}-{partition}), until its ISR was [{node}]; it committed "
                 f"{max(committed - end, 0)} records alone past offset {end}; crashed it, "
@@ -395,11 +403,12 @@ class ClusterTarget:
         replica = self._replica(node, tp)
         return int(getattr(replica, name)) if replica is not None else -1
 
-    def _wait_committed(self, node: int, tp: tuple[str, int], offset: int) -> int:
-        """The lone leader's high watermark once it reached ``offset``, or once the leader
-        is under its min.insync.replicas (acks=all refused: nothing more is committed), or
-        after ``ALONE_WAIT_S``."""
-        deadline = time.monotonic() + self.ALONE_WAIT_S
+    def _wait_high_watermark(self, node: int, tp: tuple[str, int], offset: int,
+                             timeout_s: float) -> int:
+        """Leader ``node``'s high watermark once it reached ``offset``, once the leader is
+        alone in its ISR and under min.insync.replicas (acks=all refused: it commits nothing
+        more), or after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
         while (hw := self._local(node, tp, "high_watermark")) < offset:
             replica = self._replica(node, tp)
             refusing = replica is not None and tuple(replica.isr) == (node,) \

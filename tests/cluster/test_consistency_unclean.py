@@ -35,10 +35,12 @@ SCHEDULE = ["--json", "--cluster", "3", "--partitions", "1", "--consumers", "0",
             "--override", "replica.lag.time.max.ms=2000"]
 
 
-def run_schedule(capsys: pytest.CaptureFixture[str], *settings: str
+def run_schedule(capsys: pytest.CaptureFixture[str], min_insync_replicas: int, unclean: bool
                  ) -> tuple[int, dict[str, Any], dict[str, Any]]:
-    """The CLI's exit status, its fault line and its summary line."""
-    status = main([*SCHEDULE, *settings])
+    """The schedule under these settings: the CLI's exit status, its fault line and its
+    summary line."""
+    status = main([*SCHEDULE, "--min-insync-replicas", str(min_insync_replicas),
+                   "--override", f"unclean.leader.election.enable={str(unclean).lower()}"])
     fault, summary = (json.loads(line) for line in capsys.readouterr().out.splitlines())
     assert fault["kind"] == "unclean-failover" and fault["error"] is None, fault
     assert fault["end_s"] is not None
@@ -48,9 +50,7 @@ def run_schedule(capsys: pytest.CaptureFixture[str], *settings: str
 @pytest.mark.timeout(150)
 def test_unclean_failover_loses_acknowledged_records(
         capsys: pytest.CaptureFixture[str]) -> None:
-    status, fault, summary = run_schedule(
-        capsys, "--min-insync-replicas", "1",
-        "--override", "unclean.leader.election.enable=true")
+    status, fault, summary = run_schedule(capsys, min_insync_replicas=1, unclean=True)
     assert "elected out of the ISR" in fault["detail"], fault["detail"]
     alone = re.search(r"committed (\d+) records alone", fault["detail"])
     assert alone and int(alone[1]) >= ClusterTarget.ALONE_RECORDS, fault["detail"]
@@ -65,9 +65,7 @@ def test_unclean_failover_loses_acknowledged_records(
 @pytest.mark.timeout(150)
 def test_same_schedule_under_safe_settings_loses_nothing(
         capsys: pytest.CaptureFixture[str]) -> None:
-    status, fault, summary = run_schedule(
-        capsys, "--min-insync-replicas", "2",
-        "--override", "unclean.leader.election.enable=false")
+    status, fault, summary = run_schedule(capsys, min_insync_replicas=2, unclean=False)
     detail = fault["detail"]
     assert "committed 0 records alone" in detail and "offline: no replica" in detail, detail
     assert status == 0 and summary["ok"] and summary["drained"], summary
