@@ -147,7 +147,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                     help="share of transactions aborted on purpose")
     ap.add_argument("--faults", default="", help="comma-separated kinds, injected in turn: "
                     "kill, stop, pause, power-loss; with --cluster kill, stop, pause, "
-                    "isolate, partition, slow, move-leader")
+                    "isolate, partition, slow, move-leader, unclean-failover")
     ap.add_argument("--fault-interval", type=float, default=5.0,
                     help="seconds between the end of one fault and the next")
     ap.add_argument("--fault-duration", type=float, default=None,

@@ -16,8 +16,10 @@ Targets here:
 - ``ClusterTarget``: an ``EmbeddedCluster`` (etcd and N brokers in this process), its faults
   aimed at the workload's topic: ``kill``, ``stop``, ``pause``, ``isolate`` and ``partition``
   hit the leader of one of its partitions, ``move-leader`` elects a follower of its ISR,
-  ``slow`` delays a leader's inter-broker requests; each is healed by ``EmbeddedCluster.heal``
-  and a wait for the topic's ISRs to be whole again.
+  ``slow`` delays a leader's inter-broker requests; ``unclean-failover`` crashes a leader's
+  followers until its ISR is itself alone, lets it commit records alone, crashes it and
+  brings the followers back (an unclean election follows where it is enabled); each is
+  healed by ``EmbeddedCluster.heal`` and a wait for the topic's ISRs to be whole again.
 - ``BootstrapTarget``: any Kafka-compatible bootstrap address, no faults.
 
 A cluster joins by being wrapped in a class with the same five members (see docs/testing.md,
@@ -278,10 +280,13 @@ class ClusterTarget:
     of its ISR), so that a fault always reaches a broker the producers are writing to."""
 
     fault_kinds = frozenset({"kill", "stop", "pause", "isolate", "partition", "slow",
-                             "move-leader"})
+                             "move-leader", "unclean-failover"})
     SLOW_MS = 200.0  # added to each inter-broker request to or from the slow broker
     PAUSE_S = 300.0  # a pause's longest stall; the heal ends it sooner
     HEAL_TIMEOUT_S = 60.0
+    ALONE_RECORDS = 10  # what an unclean failover waits for the lone leader to commit
+    ALONE_WAIT_S = 10.0  # ... at most (under min.insync.replicas above 1 it commits none)
+    OVERWRITE_WAIT_S = 30.0  # at most, for the new leader to reach the lone leader's end
 
     def __init__(self, cluster: EmbeddedCluster, topic: str, partitions: int) -> None:
         self.cluster, self.topic, self.partitions = cluster, topic, partitions
@@ -334,6 +339,10 @@ class ClusterTarget:
             before = c.leader(self.topic, partition)
             c.move_leader(self.topic, partition, node)
             return f"moved the leader of {self.topic}-{partition} from {before} to {node}"
+        if kind == "unclean-failover":
+            if partition is None:
+                raise ValueError(f"no partition of {self.topic} has a leader")
+            return self._unclean_failover(node, partition)
         raise ValueError(f"a cluster cannot inject {kind!r}")
 
     def heal(self, kind: str, node: int) -> None:
@@ -342,6 +351,72 @@ class ClusterTarget:
         for p in range(self.partitions):
             replicas = len(self.cluster.replicas(self.topic, p))
             self.cluster.wait_for_isr(self.topic, p, replicas, self.HEAL_TIMEOUT_S)
+
+    def _unclean_failover(self, node: int, partition: int) -> str:
+        """Kafka's unclean failover ("what if they all die?"), each step waiting for a state
+        it can observe rather than for time: the followers of the leader ``node`` crash and
+        its ISR shrinks to itself; it commits records alone, past every follower's log end
+        (none under min.insync.replicas above 1: the wait ends when it is under it);
+        it crashes and its registration expires; the followers come back, and the
+        controller they elect replaces the gone leader: with
+        unclean.leader.election.enable by a replica out of the ISR (what the lone leader
+        committed is then lost), else by no leader until ``node`` is back. An unclean
+        leader is then given time (``OVERWRITE_WAIT_S`` at most) to commit the producers'
+        new records up to the lone leader's high watermark: the offsets lost are read again,
+        holding other values, and the checker can tell lost from unseen records."""
+        c, tp = self.cluster, (self.topic, partition)
+        followers = [n for n in c.replicas(*tp) if n != node]
+        for follower in followers:
+            c.kill(follower)
+        end = self._local(node, tp, "log_end_offset")  # no follower has more: crashed since
+        c.wait_for(lambda: c.isr(*tp) == [node], self.HEAL_TIMEOUT_S,
+                   f"{self.topic}-{partition}'s ISR to shrink to its leader {node}")
+        self._wait_high_watermark(node, tp, end + self.ALONE_RECORDS, self.ALONE_WAIT_S)
+        committed = self._local(node, tp, "high_watermark")
+        c.kill(node)
+        c.wait_for(lambda: node not in c.registered(), self.HEAL_TIMEOUT_S,
+                   f"broker {node}'s registration to expire")
+        for follower in followers:
+            c.broker(follower).start()
+        c.wait_for(lambda: c.leader(*tp) != node, self.HEAL_TIMEOUT_S,
+                   f"the controller to replace the crashed leader of {self.topic}-{partition}")
+        leader = c.leader(*tp)
+        if leader is None:
+            outcome = f"offline: no replica of the ISR {c.isr(*tp)} is live"
+        else:
+            reached = self._wait_high_watermark(leader, tp, committed, self.OVERWRITE_WAIT_S)
+            outcome = (f"broker {leader} elected out of the ISR [{node}] (unclean), ISR "
+                       f"{c.isr(*tp)}, its high watermark {reached} a while later")
+        return (f"crashed {followers}, the followers of broker {node} (leader of "
+                f"{self.topic}-{partition}), until its ISR was [{node}]; it committed "
+                f"{max(committed - end, 0)} records alone past offset {end}; crashed it, "
+                f"restarted {followers}: {outcome}")
+
+    def _replica(self, node: int, tp: tuple[str, int]) -> Any:
+        """Broker ``node``'s own replica of ``tp`` (a broker.replica Partition), or None."""
+        broker = self.cluster.broker(node).broker
+        replicas = broker.replica_manager if broker is not None else None
+        return replicas.partitions.get(tp) if replicas is not None else None
+
+    def _local(self, node: int, tp: tuple[str, int], name: str) -> int:
+        """An offset of broker ``node``'s own replica of ``tp`` (-1 when it has none)."""
+        replica = self._replica(node, tp)
+        return int(getattr(replica, name)) if replica is not None else -1
+
+    def _wait_high_watermark(self, node: int, tp: tuple[str, int], offset: int,
+                             timeout_s: float) -> int:
+        """Leader ``node``'s high watermark once it reached ``offset``, once the leader is
+        alone in its ISR and under min.insync.replicas (acks=all refused: it commits nothing
+        more), or after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while (hw := self._local(node, tp, "high_watermark")) < offset:
+            replica = self._replica(node, tp)
+            refusing = replica is not None and tuple(replica.isr) == (node,) \
+                and replica.under_min_isr
+            if refusing or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        return hw
 
 
 class BootstrapTarget:
