@@ -46,7 +46,7 @@ from kafka.protocol.consumer import (
 
 from broker.cluster.store import cancel_and_wait
 from broker.config import BrokerConfig
-from broker.interbroker.client import InterBrokerClient, InterBrokerError
+from broker.interbroker.client import InterBrokerClient, InterBrokerError, LinkFault
 from broker.log.dir_failure import KafkaStorageError
 from broker.replica.partition import Partition
 from broker.replica.replica_manager import ReplicaManager
@@ -507,6 +507,19 @@ class ReplicaFetcherManager:
         self._stopping: set[asyncio.Task[None]] = set()
         self._stopped = False
 
+    def _new_client(self) -> InterBrokerClient:
+        """A fetcher's own connections: the broker client's settings, resolver and test
+        fault (a link a test cuts or slows stops or slows replication too)."""
+        client = InterBrokerClient(self.client.settings, self.client.resolve)
+        client.set_fault(self.client.fault)
+        return client
+
+    def set_fault(self, fault: LinkFault | None) -> None:
+        """A test's fault on every link of this broker, the fetchers' own included."""
+        self.client.set_fault(fault)
+        for fetcher in self.fetchers.values():
+            fetcher.client.set_fault(fault)
+
     def add_partition(self, tp: TopicPartition, topic_id: uuid.UUID | None, leader_id: int,
                       leader_epoch: int) -> None:
         """Fetch ``tp`` from ``leader_id`` in ``leader_epoch``, truncating first (Kafka's
@@ -527,8 +540,7 @@ class ReplicaFetcherManager:
             self._drop(tp, old_key)
         fetcher = self.fetchers.get(key)
         if fetcher is None:
-            fetcher = ReplicaFetcher(self, leader_id, key[1],
-                                     InterBrokerClient(self.client.settings, self.client.resolve))
+            fetcher = ReplicaFetcher(self, leader_id, key[1], self._new_client())
             self.fetchers[key] = fetcher
             fetcher.start()
         fetcher.partitions[tp] = FetchState(tp, topic_id, leader_epoch)

@@ -259,8 +259,13 @@ class ClusterBroker:
         store: Any = cluster.store
         if hasattr(store, "fault"):
             store.fault = self._faults.store_fault(self.node_id)
-        if cluster.client is not None:
-            cluster.client.set_fault(self._faults.link_fault(self.node_id))
+        fault = self._faults.link_fault(self.node_id)
+        owners = self.broker.owners if self.broker is not None else None
+        fetchers = owners.replica_fetchers if owners is not None else None
+        if fetchers is not None:  # the fetchers have connections of their own
+            fetchers.set_fault(fault)
+        elif cluster.client is not None:
+            cluster.client.set_fault(fault)
 
     def _on_loop(self, work: Callable[[], Awaitable[Any]]) -> Any:
         return self.embedded._call(work)

@@ -207,6 +207,24 @@ def test_partition_cuts_only_the_links_between_the_groups(cluster: EmbeddedClust
         cluster.partition([1, 2], [2])
 
 
+def test_a_partition_stops_replication_so_the_isr_shrinks_and_heals(tmp_path: Path) -> None:
+    """The followers' fetchers have connections of their own: a cut must reach them, or a
+    leader cut off from its followers would keep them in sync."""
+    with EmbeddedCluster(3, tmp_path, request_timeout_ms=3000,
+                         replica_lag_time_max_ms=2000) as cluster:
+        topic = new_topic(cluster, partitions=1, rf=3)
+        leader = cluster.wait_for_leader(topic, 0)
+        cluster.wait_for_isr(topic, 0, 3)
+        cluster.partition([leader], [n for n in (1, 2, 3) if n != leader])
+        producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": 1})
+        for i in range(5):  # the followers fall behind only when the leader's log grows
+            producer.produce(topic, f"alone-{i}".encode(), partition=0)
+        assert producer.flush(30) == 0
+        assert cluster.wait_for_isr(topic, 0, 1) == [leader]
+        cluster.heal()
+        assert sorted(cluster.wait_for_isr(topic, 0, 3)) == [1, 2, 3]
+
+
 def test_slow_delays_every_inter_broker_request(cluster: EmbeddedCluster) -> None:
     ask_peer(cluster.broker(1), 2)  # connected
     cluster.slow(2, 300)
