@@ -125,34 +125,9 @@ def elect_leader(replicas: Sequence[int], state: PartitionState, live: Collectio
     return state.next(NO_LEADER, _shrunk_isr(state.isr, live), controller_epoch)
 
 
-def registered_since(state: PartitionState, broker_epochs: Mapping[int, int]) -> bool:
-    """Whether the state's leader registered (again) after the state was written. A broker
-    stops leading when it loses its registration and leads nothing a registration of its
-    own has not seen given; a new controller that finds it registered again (no controller
-    saw it go) must give it a new leader epoch, as for a bounce."""
-    epoch = broker_epochs.get(state.leader)
-    return epoch is not None and 0 < state.revision < epoch
-
-
-def reelect_registered_again(replicas: Sequence[int], state: PartitionState,
-                             live: Collection[int], controller_epoch: int,
-                             shutting_down: Collection[int]) -> PartitionState:
-    """A leader that registered again after its state: Kafka's onBrokerFailure then
-    onBrokerStartup in one step. Another live ISR member leads if there is one (the old
-    leader out of the ISR until it catches up); else the old leader again, in a new epoch."""
-    others = [r for r in live if r != state.leader]
-    moved = elect_leader(replicas, state, others, False, controller_epoch, shutting_down)
-    if moved is not None and moved.leader != NO_LEADER:
-        return moved
-    return state.next(state.leader, _shrunk_isr(state.isr, live), controller_epoch)
-
-
 def _elect_in(replicas: Sequence[int], live: Collection[int], unclean: bool,
-              controller_epoch: int, shutting_down: Collection[int],
-              broker_epochs: Mapping[int, int], state: PartitionState
+              controller_epoch: int, shutting_down: Collection[int], state: PartitionState
               ) -> PartitionState | None:
-    if state.leader in live and registered_since(state, broker_epochs):
-        return reelect_registered_again(replicas, state, live, controller_epoch, shutting_down)
     return elect_leader(replicas, state, live, unclean, controller_epoch, shutting_down)
 
 
@@ -474,11 +449,9 @@ class TopicController:
                                                                            PartitionState]]:
         """Bring every partition's state in line with the live brokers (minus ``exclude``);
         the states written. Also what a newly elected controller runs first, as Kafka's
-        onControllerFailover did, for brokers that changed while there was no controller
-        (a leader registered again since its state counts as bounced)."""
+        onControllerFailover did, for brokers that changed while there was no controller."""
         async with self._lock:
             live = self._live() - set(exclude)
-            broker_epochs = {b: r.epoch for b, r in self.liveness.live.items()}
             snapshot = await self._read_all()
             written = []
             for (topic, p), kv in snapshot.states.items():
@@ -488,7 +461,7 @@ class TopicController:
                 decide = functools.partial(
                     _elect_in, assignment.partitions[p], live,
                     self._unclean(snapshot.configs.get(topic, {})), self.context.epoch,
-                    self.shutting_down, broker_epochs)
+                    self.shutting_down)
                 state = await self._cas(kv, decide)
                 if state is not None:
                     logger.info("partition leader changed", topic=topic, partition=p,

@@ -148,15 +148,13 @@ class TopicAssignment:
 @dataclass(frozen=True, slots=True)
 class PartitionState:
     """Kafka's LeaderAndIsr of a partition, with its partition epoch (the key's version - 1,
-    -1 before it was ever written) and the store revision it was written at (0: not read
-    from the store), which tells whether its leader registered after it."""
+    -1 before it was ever written)."""
 
     leader: int
     leader_epoch: int
     isr: list[int]
     controller_epoch: int
     partition_epoch: int = -1
-    revision: int = field(default=0, compare=False)
 
     def encode(self) -> bytes:
         return json.dumps({"version": 1, "leader": self.leader,
@@ -184,7 +182,7 @@ class PartitionState:
 
     @classmethod
     def from_kv(cls, kv: KeyValue) -> PartitionState:
-        return replace(cls.decode(kv.value, kv.version, kv.key), revision=kv.mod_revision)
+        return cls.decode(kv.value, kv.version, kv.key)
 
     @property
     def online(self) -> bool:
@@ -193,8 +191,7 @@ class PartitionState:
     def next(self, leader: int, isr: list[int], controller_epoch: int) -> PartitionState:
         """Kafka's newLeaderAndIsr: the leader epoch moves on with every controller change."""
         return replace(self, leader=leader, leader_epoch=self.leader_epoch + 1, isr=isr,
-                       controller_epoch=controller_epoch, partition_epoch=self.partition_epoch + 1,
-                       revision=0)
+                       controller_epoch=controller_epoch, partition_epoch=self.partition_epoch + 1)
 
 
 def encode_topic_config(configs: Mapping[str, str]) -> bytes:

@@ -562,31 +562,6 @@ async def test_a_broker_that_loses_its_lease_and_registers_again_hears_a_new_epo
         await stop_all(nodes)
 
 
-async def test_a_controller_that_registered_again_gives_its_own_partitions_a_new_epoch(
-    backend: Backend,
-) -> None:
-    """A lone broker loses its lease (it stops leading) and wins the election again once
-    registered anew: no controller saw it go, so the new one must tell it to lead again."""
-    [node] = nodes = await cluster(backend, 1)
-    try:
-        controller = controller_of(nodes)
-        assert (await controller.create_topic("solo", assignment={0: [1]})).ok
-        assert await backend.eventually(lambda: leaders(node, "solo") == {0: (1, 0, [1])},
-                                        within_s=5)
-        lease = node.registration.lease
-        assert lease is not None
-        elections = node.election.elections_won
-        await (await backend.new_client()).revoke_lease(lease.id)
-        assert await backend.eventually(
-            lambda: node.election.elections_won > elections and node.controller is not None,
-            within_s=TTL + 5)
-        assert await backend.eventually(lambda: leaders(node, "solo") == {0: (1, 1, [1])},
-                                        within_s=5)
-        assert node.replicas.leading[("solo", 0)].leader_epoch == 1
-    finally:
-        await stop_all(nodes)
-
-
 async def test_a_topic_another_broker_proposes_is_completed_by_the_controller(
     backend: Backend,
 ) -> None:
