@@ -358,7 +358,8 @@ class ClusterNode:
 
 class ClusterReplicas:
     """The replica manager's side of LeaderAndIsr and StopReplica (a ``ReplicaListener``),
-    and of the registration (a ``RegistrationListener``: on its loss stop leading at once)."""
+    and of the registration (a ``RegistrationListener``: on its loss stop leading at once;
+    registered again, lead again what the store still names this broker leader of)."""
 
     def __init__(self, store: MetadataStore, replica_manager: ReplicaManager,
                  log_manager: LogManager, log_config: Callable[[dict[str, str]], LogConfig],
