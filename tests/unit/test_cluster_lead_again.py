@@ -9,7 +9,7 @@ partition-state watcher and ClusterReplicas as the server wires them."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,23 +30,12 @@ from broker.replica.replica_manager import ReplicaManager
 from protocol.errors import ErrorCode
 from tests.support.components import Components, build, settle
 from tests.support.requests import record_batch
+from tests.unit.test_cluster_isr import NODE, TOPIC, TP, _until
 
-TOPIC = "t"
-TP = (TOPIC, 0)
-NODE = 1
 FOLLOWER = 2
 EPOCH = 3
 LOST = "the store no longer has the lease (expired or revoked)"
 LEASE = Lease(id=7, ttl=6, granted_at_ms=0.0)
-
-
-async def _until(predicate: Callable[[], bool], what: str, seconds: float = 10) -> None:
-    """Real time, bounded: the store's tasks run on the loop."""
-    for _ in range(int(seconds / 0.01)):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{what}: not within {seconds}s")
 
 
 @dataclass
