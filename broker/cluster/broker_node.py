@@ -78,6 +78,9 @@ TopicPartition = tuple[str, int]
 #: this long when the store cannot be read, doubling up to the most.
 LEAD_AGAIN_RETRY_MIN_S = 0.2
 LEAD_AGAIN_RETRY_MAX_S = 2.0
+#: Partitions read in one transaction (two reads each): etcd refuses a transaction of more
+#: than --max-txn-ops (128 by default) operations.
+LEAD_AGAIN_READ_BATCH = 32
 
 
 class LeadershipListener(Protocol):
@@ -561,13 +564,15 @@ class ClusterReplicas:
         """Each partition's become-leader as the store has it now, None when the store no
         longer names this broker its leader (or the topic is gone or another one)."""
         tps = list(waiting)
-        read = await self.store.txn([], [Get(k) for t, i in tps
-                                         for k in (topic_key(t), state_key(t, i))])
         out: dict[TopicPartition, LeaderAndIsr | None] = {}
-        for n, tp in enumerate(tps):
-            topic_kvs, state_kvs = read.responses[2 * n], read.responses[2 * n + 1]
-            assert isinstance(topic_kvs, list) and isinstance(state_kvs, list)
-            out[tp] = _still_leader(waiting[tp], topic_kvs, state_kvs)
+        for start in range(0, len(tps), LEAD_AGAIN_READ_BATCH):
+            batch = tps[start:start + LEAD_AGAIN_READ_BATCH]
+            read = await self.store.txn([], [Get(k) for t, i in batch
+                                             for k in (topic_key(t), state_key(t, i))])
+            for n, tp in enumerate(batch):
+                topic_kvs, state_kvs = read.responses[2 * n], read.responses[2 * n + 1]
+                assert isinstance(topic_kvs, list) and isinstance(state_kvs, list)
+                out[tp] = _still_leader(waiting[tp], topic_kvs, state_kvs)
         return out
 
     async def _open_partition(self, p: LeaderAndIsr, purpose: str) -> Partition | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.cluster.broker_node import ClusterReplicas
+from broker.cluster.broker_node import LEAD_AGAIN_READ_BATCH, ClusterReplicas
 from broker.cluster.memory import InMemoryStore
 from broker.cluster.partition_watcher import LocalReplicaTransitions, PartitionStateWatcher
 from broker.cluster.store import Lease
@@ -137,3 +137,19 @@ async def test_lost_again_before_the_read_it_leads_nothing(leader: Leader) -> No
     assert TP not in leader.replicas.led and TP not in leader.rm.partitions
     leader.replicas.broker_registered(14, LEASE)  # the one after it does
     await _until(lambda: TP in leader.replicas.led, "led again by the next registration")
+
+
+async def test_more_partitions_than_one_read_takes_are_all_led_again(leader: Leader) -> None:
+    """Read in batches (etcd refuses a transaction of more than 128 operations)."""
+    many = LEAD_AGAIN_READ_BATCH + 8
+    await leader.store.put(topic_key("many"), TopicAssignment(
+        "many", new_topic_id(), {p: [NODE, FOLLOWER] for p in range(many)}).encode())
+    for p in range(many):
+        await leader.store.put(state_key("many", p),
+                               PartitionState(NODE, 0, [NODE, FOLLOWER], 1).encode())
+    await _until(lambda: len(leader.replicas.led) == many + 1, "led every partition")
+    await leader.lose_registration()
+    assert not leader.replicas.led
+    leader.replicas.broker_registered(12, LEASE)
+    await _until(lambda: len(leader.replicas.led) == many + 1, "led every partition again")
+    assert not leader.replicas.unserved_on_loss
