@@ -42,7 +42,7 @@ from broker.cluster.producer_id_block import ClusterProducerIdManager
 from broker.cluster.registration import BrokerInfo
 from broker.cluster.settings import ClusterSettings
 from broker.cluster.shared_state import EtcdSharedState
-from broker.cluster.store import Lease, MetadataStore, StoreError, cancel_and_wait
+from broker.cluster.store import Get, KeyValue, Lease, MetadataStore, StoreError, cancel_and_wait
 from broker.cluster.topic_controller import (
     ControllerDuties,
     LeaderRebalance,
@@ -50,7 +50,15 @@ from broker.cluster.topic_controller import (
     plan_topic,
     propose_topic,
 )
-from broker.cluster.topic_state import MalformedMetadata, config_key, decode_topic_config
+from broker.cluster.topic_state import (
+    MalformedMetadata,
+    PartitionState,
+    TopicAssignment,
+    config_key,
+    decode_topic_config,
+    state_key,
+    topic_key,
+)
 from broker.log.config import LogConfig
 from broker.log.manager import LogManager
 from broker.replica.delayed_result import Completion
@@ -66,6 +74,13 @@ logger = structlog.get_logger("broker.cluster")
 
 T = TypeVar("T")
 TopicPartition = tuple[str, int]
+#: Re-reading the partitions to lead again after a new registration: the first retry after
+#: this long when the store cannot be read, doubling up to the most.
+LEAD_AGAIN_RETRY_MIN_S = 0.2
+LEAD_AGAIN_RETRY_MAX_S = 2.0
+#: Partitions read in one transaction (two reads each): etcd refuses a transaction of more
+#: than --max-txn-ops (128 by default) operations.
+LEAD_AGAIN_READ_BATCH = 32
 
 
 class LeadershipListener(Protocol):
@@ -346,7 +361,8 @@ class ClusterNode:
 
 class ClusterReplicas:
     """The replica manager's side of LeaderAndIsr and StopReplica (a ``ReplicaListener``),
-    and of the registration (a ``RegistrationListener``: on its loss stop leading at once)."""
+    and of the registration (a ``RegistrationListener``: on its loss stop leading at once;
+    registered again, lead again what the store still names this broker leader of)."""
 
     def __init__(self, store: MetadataStore, replica_manager: ReplicaManager,
                  log_manager: LogManager, log_config: Callable[[dict[str, str]], LogConfig],
@@ -366,6 +382,14 @@ class ClusterReplicas:
         self.log_config = log_config
         #: the partitions this broker leads: leader epoch by partition.
         self.led: dict[TopicPartition, int] = {}
+        #: the become-leader each of them was led by.
+        self._leading: dict[TopicPartition, LeaderAndIsr] = {}
+        #: those it stopped leading when its registration was lost, to lead again once it is
+        #: registered anew if the cluster's state still names it their leader.
+        self.unserved_on_loss: dict[TopicPartition, LeaderAndIsr] = {}
+        #: the broker epoch of the current registration; None while not registered.
+        self._broker_epoch: int | None = None
+        self._retry: asyncio.TimerHandle | None = None
         #: those of them of which this broker is the only replica.
         self.sole_replica: set[TopicPartition] = set()
         self._configs: dict[str, dict[str, str]] = {}  # by topic id
@@ -377,6 +401,9 @@ class ClusterReplicas:
                                                             name="replica-transitions")
 
     async def stop(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
         if self._task is not None:
             await cancel_and_wait(self._task)
             self._task = None
@@ -410,7 +437,11 @@ class ClusterReplicas:
     # -- RegistrationListener ------------------------------------------------------------------
 
     def broker_registered(self, epoch: int, lease: Lease) -> None:
-        return None  # the controller gives this broker's partitions new leader epochs
+        """Registered (again): the partitions it stopped leading on a loss are led again if
+        the cluster still names it their leader (``_lead_again``)."""
+        self._broker_epoch = epoch
+        if self.unserved_on_loss:
+            self._queue.put_nowait(lambda: self._lead_again(epoch, LEAD_AGAIN_RETRY_MIN_S))
 
     def broker_lost(self, epoch: int, reason: str) -> None:
         """Another broker may lead these partitions soon: stop serving them now. Except, when
@@ -418,9 +449,13 @@ class ClusterReplicas:
         partitions of which this broker is the only replica: no other broker can be made
         their leader, so they are served on (Kafka's brokers kept serving while ZooKeeper was
         away) until the controller, once the store is back, says otherwise."""
+        self._broker_epoch = None
         keep = self.sole_replica if lost_unreachable(reason) else set()
         for tp in list(self.led):
             if tp not in keep:
+                request = self._leading.get(tp)
+                if request is not None:
+                    self.unserved_on_loss[tp] = request
                 self._unserve(tp, not_leader=True)
         kept = sum(1 for tp in self.led if tp in keep)
         logger.warning("stopped leading: registration lost", broker_epoch=epoch, reason=reason,
@@ -451,6 +486,8 @@ class ClusterReplicas:
                        partition_epoch=p.partition_epoch)
         previous = self.led.get(tp)
         self.led[tp] = p.leader_epoch
+        self._leading[tp] = p
+        self.unserved_on_loss.pop(tp, None)
         if previous != p.leader_epoch:
             self._tell(lambda listener: listener.became_leader(tp, p.leader_epoch))
         if list(p.replicas) == [p.leader]:
@@ -468,6 +505,7 @@ class ClusterReplicas:
             logger.warning("stale leader epoch ignored", topic=p.topic, partition=p.partition,
                            leader_epoch=p.leader_epoch, current=partition.leader_epoch)
             return
+        self.unserved_on_loss.pop(tp, None)
         if self._unserve(tp, not_leader=True):
             logger.info("stopped leading partition", topic=p.topic, partition=p.partition,
                         leader=p.leader, leader_epoch=p.leader_epoch)
@@ -483,6 +521,59 @@ class ClusterReplicas:
             self.fetchers.add_partition(tp, topic_uuid(p.topic_id), p.leader, p.leader_epoch)
         else:  # no leader: nothing to fetch until one is elected
             self.fetchers.remove_partition(tp)
+
+    async def _lead_again(self, epoch: int, retry_s: float) -> None:
+        """Registered anew after a loss: each partition it stopped leading then is led again
+        as the cluster's state says now (read after the registration), when that state still
+        names this broker its leader; as Kafka's broker applies the LeaderAndIsr of its
+        replicas that a controller sends it when it registers again or when a controller
+        takes over. A controller that saw the registration go moves those partitions to a new
+        leader epoch, and the watcher brings it; one that did not see it (there was none at
+        the time, or it was this broker) writes nothing, and without this the partitions
+        would stay led by a broker that does not serve them. The store unreachable: read
+        again later, for as long as this registration lasts."""
+        self._retry = None
+        if self._broker_epoch != epoch:
+            return  # lost again: the next registration does it
+        waiting = {tp: p for tp, p in self.unserved_on_loss.items() if tp not in self.led}
+        self.unserved_on_loss = dict(waiting)
+        if not waiting:
+            return
+        try:
+            now = await self._read_leader_states(waiting)
+        except StoreError as e:
+            logger.info("partitions to lead again not read: retrying", error=str(e),
+                        partitions=len(waiting))
+            delay, later = retry_s, min(retry_s * 2, LEAD_AGAIN_RETRY_MAX_S)
+            self._retry = asyncio.get_running_loop().call_later(
+                delay, lambda: self._queue.put_nowait(lambda: self._lead_again(epoch, later)))
+            return
+        for tp, current in now.items():
+            if self._broker_epoch != epoch:
+                return
+            if self.unserved_on_loss.pop(tp, None) is None or tp in self.led:
+                continue  # another transition came first
+            if current is None:
+                continue  # led elsewhere, or gone: the watcher brings the state
+            logger.info("leading partition again after a new registration", topic=tp[0],
+                        partition=tp[1], leader_epoch=current.leader_epoch, broker_epoch=epoch)
+            await self._lead(current)
+
+    async def _read_leader_states(self, waiting: dict[TopicPartition, LeaderAndIsr]
+                                  ) -> dict[TopicPartition, LeaderAndIsr | None]:
+        """Each partition's become-leader as the store has it now, None when the store no
+        longer names this broker its leader (or the topic is gone or another one)."""
+        tps = list(waiting)
+        out: dict[TopicPartition, LeaderAndIsr | None] = {}
+        for start in range(0, len(tps), LEAD_AGAIN_READ_BATCH):
+            batch = tps[start:start + LEAD_AGAIN_READ_BATCH]
+            read = await self.store.txn([], [Get(k) for t, i in batch
+                                             for k in (topic_key(t), state_key(t, i))])
+            for n, tp in enumerate(batch):
+                topic_kvs, state_kvs = read.responses[2 * n], read.responses[2 * n + 1]
+                assert isinstance(topic_kvs, list) and isinstance(state_kvs, list)
+                out[tp] = _still_leader(waiting[tp], topic_kvs, state_kvs)
+        return out
 
     async def _open_partition(self, p: LeaderAndIsr, purpose: str) -> Partition | None:
         """A partition of this broker's log (opened, or created empty) to lead or follow
@@ -507,6 +598,7 @@ class ClusterReplicas:
 
     async def _delete(self, topic: str, topic_id: str, partition: int) -> None:
         tp = (topic, partition)
+        self.unserved_on_loss.pop(tp, None)
         self._unserve(tp)
         if self.fetchers is not None:
             self.fetchers.remove_partition(tp)
@@ -520,6 +612,7 @@ class ClusterReplicas:
         when another broker leads it); its log stays."""
         removed = self.replica_manager.remove_partition(tp, not_leader=not_leader) is not None
         self.sole_replica.discard(tp)
+        self._leading.pop(tp, None)
         if self.led.pop(tp, None) is not None:
             self._tell(lambda listener: listener.stopped_leading(tp))
         return removed
@@ -556,6 +649,26 @@ class ClusterReplicas:
                 await asyncio.sleep(0.2 * (attempt + 1))
         logger.warning("topic configs not reachable: broker defaults used", topic=topic)
         return {}
+
+
+def _still_leader(led: LeaderAndIsr, topic_kvs: list[KeyValue], state_kvs: list[KeyValue]
+                  ) -> LeaderAndIsr | None:
+    """The become-leader of ``led``'s partition from its topic's assignment and its state
+    as read now; None unless the same topic still names ``led.leader`` leader."""
+    if not topic_kvs or not state_kvs:
+        return None
+    try:
+        topic = TopicAssignment.decode(led.topic, topic_kvs[0].value)
+        state = PartitionState.from_kv(state_kvs[0])
+    except MalformedMetadata:
+        return None  # logged by the watcher, which skips it too
+    replicas = topic.partitions.get(led.partition)
+    if (topic.topic_id != led.topic_id or replicas is None or state.leader != led.leader
+            or state.leader_epoch < led.leader_epoch):
+        return None
+    return LeaderAndIsr(led.topic, led.topic_id, led.partition, state.leader,
+                        state.leader_epoch, state.isr, replicas, state.partition_epoch,
+                        state.controller_epoch)
 
 
 def _min_insync_replicas(configs: dict[str, str], default: int) -> int:

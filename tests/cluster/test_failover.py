@@ -429,3 +429,60 @@ def test_a_new_leader_commits_what_it_holds_without_new_appends(tmp_path: Path) 
             consumer.close()
         assert len(read) == 70, "records below the new leader's log end were never committed"
         assert read[50:] == [v for _, v in alone]
+
+
+def registration_epoch(cluster: EmbeddedCluster, node: int) -> int | None:
+    """The broker's registration epoch in etcd (None: not registered)."""
+    running = cluster.broker(node).broker
+    cluster_node = running.cluster if running is not None else None
+    registration = cluster_node.membership.registration if cluster_node is not None else None
+    return registration.epoch if registration is not None else None
+
+
+def revoke_registration(cluster: EmbeddedCluster, node: int) -> int:
+    """Revoke the lease of broker ``node``'s registration, as etcd expires one that was not
+    refreshed in time: the broker hears it at its next refresh. The epoch revoked."""
+    broker = cluster.broker(node)
+    running = broker.broker
+    assert running is not None and running.cluster is not None
+    registration = running.cluster.membership.registration
+    assert registration is not None and registration.lease is not None
+    epoch, lease = registration.epoch, registration.lease.id
+    assert epoch is not None
+    store = running.cluster.store
+    broker._on_loop(lambda: store.revoke_lease(lease))
+    return epoch
+
+
+def test_a_controller_registered_again_leads_its_partition_again(tmp_path: Path) -> None:
+    """The controller leads an RF 3, min.insync.replicas 2 partition and loses its
+    registration; the other brokers stalled, it registers again and is elected again before
+    they act. No controller saw it go, so nothing in etcd changes: it is still the leader,
+    in the same leader epoch, with a whole ISR. It stopped serving the partition on the loss
+    and must serve it again: acks=all is acknowledged again within seconds."""
+    with cluster_of(tmp_path, SESSION_MS, 30000) as cluster:
+        topic = f"again-{uuid.uuid4().hex[:8]}"
+        controller = cluster.wait_for_controller()
+        others = [b.node_id for b in cluster.brokers if b.node_id != controller]
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=-1,
+                                      replica_assignment=[[controller, *others]],
+                                      config={"min.insync.replicas": "2"})],
+                            operation_timeout=10)[topic].result(30)
+        assert eventually(lambda: full_isr(cluster, topic), 20) == controller
+        produce_acked(cluster.bootstrap_servers, topic, [f"a-{i}".encode() for i in range(10)])
+        epoch = leader_epoch(cluster, topic)
+        for node in others:  # shorter than their session: they stay registered
+            cluster.pause(node, 20)
+        try:
+            old = revoke_registration(cluster, controller)
+            eventually(lambda: (registration_epoch(cluster, controller) or old) > old
+                       and cluster.controller() == controller, 3)
+        finally:
+            for node in others:
+                cluster.broker(node).resume()
+        acked = produce_acked(cluster.bootstrap_servers, topic,
+                              [f"b-{i}".encode() for i in range(10)])
+        assert sorted(o for o, _ in acked) == list(range(10, 20))
+        assert (cluster.leader(topic, 0), leader_epoch(cluster, topic)) == (controller, epoch)
+        assert sorted(cluster.isr(topic, 0)) == sorted([controller, *others])
