@@ -105,9 +105,9 @@ async def test_rolled_segments_are_flushed_and_a_restart_rereads_only_the_active
     again = open_manager(logs)
     try:
         assert (STATS.segments, STATS.bytes) == (1, active_size)
-        log = again.get_log(("t", 0))
-        assert log is not None
-        assert values(log) == sent
+        loaded = again.get_log(("t", 0))
+        assert loaded is not None
+        assert values(loaded) == sent
     finally:
         again.shutdown()
 
@@ -135,10 +135,10 @@ async def test_a_kill_before_the_rolls_flush_loses_nothing(tmp_path: Path) -> No
     again = open_manager(crashed)
     try:
         assert STATS.segments == segments  # from the checkpointed recovery point 0
-        log = again.get_log(("t", 0))
-        assert log is not None
-        assert log.log_end_offset == BATCHES
-        assert values(log) == sent
+        loaded = again.get_log(("t", 0))
+        assert loaded is not None
+        assert loaded.log_end_offset == BATCHES
+        assert values(loaded) == sent
     finally:
         again.shutdown()
 
@@ -149,7 +149,11 @@ def hold_flusher(log: Log, when: str, monkeypatch: pytest.MonkeyPatch) -> thread
     go = threading.Event()
     if when == "before":
         log._flush_lock.acquire()
-        threading.Thread(target=lambda: (go.wait(10), log._flush_lock.release())).start()
+
+        def release() -> None:
+            go.wait(10)
+            log._flush_lock.release()
+        threading.Thread(target=release).start()
         return go
     real = disk.fsync
 
