@@ -14,10 +14,10 @@ nothing past the failure becomes durable or visible, and recovery after the rest
 torn tail. ``drain`` waits until everything submitted so far is done: a segment's files are
 closed, deleted or swapped only after it, so no queued write ever lands on a closed fd.
 
-A third thread, started by the first roll, flushes rolled segments of the dir's other logs
-(``flush_later``, Kafka's flush scheduled by a roll): their data and indexes are fsynced and
-the log's recovery point moves to the new segment's base offset, off the loop and without
-holding up the fsyncs acknowledgements wait for.
+A third thread, started by the first roll, flushes the rolled segments of the dir's logs
+not written here (``flush_later``, the flush Kafka's roll schedules): their data and indexes
+are fsynced and the log's recovery point moves to the new segment's base offset, off the loop
+and without holding up the fsyncs that acknowledgements wait for.
 """
 
 from __future__ import annotations
