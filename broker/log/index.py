@@ -140,7 +140,9 @@ class _IndexFile:
 
     def _write_pending(self, sync: bool, ensure_file: bool = False) -> None:
         """Write the entries not yet in the file (and fsync them when ``sync``); with
-        ``ensure_file`` the file is created even when there is nothing to write."""
+        ``ensure_file`` the file is created even when there is nothing to write. The fsync
+        runs after the lock is released: the lock is the process's, and the loop takes it too
+        (reading an index, closing a segment)."""
         with _FILE_LOCK:
             if not self._loaded:
                 return
@@ -157,12 +159,16 @@ class _IndexFile:
                     n = disk.pwrite(fd, view, pos)
                     view = view[n:]
                     pos += n
-                if sync:
-                    disk.fsync(fd)
-            finally:
+            except BaseException:
                 os.close(fd)
+                raise
             self._exists = True
             self._persisted = end
+        try:
+            if sync:
+                disk.fsync(fd)
+        finally:
+            os.close(fd)
 
     def _truncate_entries(self, entries: int) -> None:
         """Cut the file to ``entries`` (the in-memory entries are already cut)."""

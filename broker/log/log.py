@@ -39,7 +39,7 @@ import re
 import shutil
 import struct
 import threading
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -197,7 +197,8 @@ class Log:
     __slots__ = (
         "_base_list", "_closed", "_deleted_segments", "_epoch_hint", "_epochs", "_flush_lock",
         "_lock", "_next_offset", "_offline_dirs", "_opened", "_pstate", "_rebuild_txn_indexes",
-        "_release_after", "_segs", "_unsynced_snapshots", "_validator", "clock", "config",
+        "_release_after", "_segs", "_truncations", "_unsynced_snapshots", "_validator", "clock",
+        "config",
         "dir", "failure_channel", "high_watermark", "jitter_rng", "last_flush_ms", "log_dir",
         "log_start_offset", "on_durable", "on_open", "on_segments_deleted", "partition",
         "recovery_point",
@@ -260,6 +261,9 @@ class Log:
         self.last_flush_ms = system_wall_ms() if now_ms is None else now_ms
         self._closed = False
         self._unsynced_snapshots: list[Path] = []  # written at roll, fsynced by the next flush
+        #: counts truncations: a flush that began before one never moves the recovery point
+        #: (the offsets it fsynced may be gone, and others appended in their place)
+        self._truncations = 0
         #: (due wall ms, segment): segments out of the log (retention, the cleaner's swap),
         #: renamed ``.deleted``, waiting for file.delete.delay.ms before their files go.
         self._deleted_segments: list[tuple[int, LogSegment]] = []
@@ -1104,8 +1108,10 @@ class Log:
 
     def _after_truncation(self, new_end: int) -> None:
         """The log end moved back to ``new_end``: offsets, epochs and producer state follow."""
-        self._next_offset = new_end
-        self.recovery_point = max(min(self.recovery_point, new_end), self.log_start_offset)
+        with self._lock:
+            self._truncations += 1
+            self._next_offset = new_end
+            self.recovery_point = max(min(self.recovery_point, new_end), self.log_start_offset)
         if self.high_watermark is not None and self.high_watermark > new_end:
             self.high_watermark = new_end
         self._unsynced_snapshots = [
@@ -1299,8 +1305,10 @@ class Log:
         """Start a new active segment at the log end offset (no-op if the active one is empty).
 
         As Kafka, a producer snapshot is written at the new segment's base offset, so a
-        rebuild can start there; it is not fsynced here but by the next flush. Unlike Kafka,
-        the rolled segment is not flushed here; the flush policy covers it.
+        rebuild can start there, and the rolled segment is flushed off the loop with its
+        indexes and that snapshot, moving the recovery point to the new base offset (Kafka's
+        scheduled ``flushUptoOffsetExclusive``): a restart after a crash then rereads only
+        the active segment. Logs written by their dir's writer are fsynced there anyway.
         """
         active = self.segments[-1]
         if active.size == 0:
@@ -1327,6 +1335,9 @@ class Log:
         logger.info(
             "rolled segment", topic=self.topic, partition=self.partition, base_offset=new_base
         )
+        writer = self.writer
+        if writer is not None and not self.writes_on_writer:
+            writer.flush_later(self, new_base)
         return segment
 
     # -- read -----------------------------------------------------------------------------------
@@ -1676,8 +1687,16 @@ class Log:
         self._drain_writes()
         self._flush_to(target)
 
-    def _flush_to(self, target: int, own_fds: bool = False) -> None:
-        """fsync what is appended, and written, below ``target``."""
+    def flush_rolled(self, offset: int) -> None:
+        """On the dir writer's flusher thread, after a roll started a segment at ``offset``:
+        fsync the segments below it (data, indexes) and the roll's producer snapshot, then
+        move the recovery point to ``offset`` (Kafka's ``flushUptoOffsetExclusive``). The
+        active segment is left to the flush policy, and ``last_flush_ms`` to full flushes."""
+        self._flush_to(offset, rolled=True)
+
+    def _flush_to(self, target: int, own_fds: bool = False, rolled: bool = False) -> None:
+        """fsync what is appended, and written, below ``target``; ``rolled``: only the
+        segments wholly below it (``target`` is a segment's base offset)."""
         if not self._opened:
             return  # nothing was appended: the clean shutdown made all of it durable
         with self._flush_lock:
@@ -1695,9 +1714,17 @@ class Log:
                 with self._lock:
                     if self._closed:
                         return
-                    start = max(bisect_right(self._bases, self.recovery_point) - 1, 0)
+                    # a truncation since the target was taken: only what is left below it
+                    target = min(target, self._next_offset)
+                    truncations = self._truncations
+                    recovery_point = self.recovery_point
+                    start = max(bisect_right(self._bases, recovery_point) - 1, 0)
+                    stop = len(self._bases)
+                    if rolled:  # the rolled segments not yet covered: none once a flush was
+                        stop = bisect_left(self._bases, target) if target > recovery_point \
+                            else start
                     active = self.segments[-1]
-                    for seg in self.segments[start:]:
+                    for seg in self.segments[start:stop]:
                         if seg.closed:
                             continue
                         segments.append(seg)
@@ -1705,6 +1732,9 @@ class Log:
                         # rolled one's is closed once the writer is past it).
                         fds.extend(seg.sync_fds(own_fds and seg is active))
                     snapshots, self._unsynced_snapshots = self._unsynced_snapshots, []
+                # A segment from the recovery point on may be a file made since the last
+                # flush: its directory entry is made durable too (as Kafka's LocalLog.flush).
+                new_files = any(seg.base_offset >= recovery_point for seg in segments)
                 # Before the recovery point moves: the checkpoint covers what it passes.
                 epochs.write_if_dirty()
                 for fd, _close in fds:
@@ -1713,16 +1743,27 @@ class Log:
                     seg.flush_indexes()
                 if snapshots:
                     _fsync_files(snapshots)
+                if new_files:
+                    disk.fsync_dir(self.dir)
             except OSError as e:
+                if self._closed_meanwhile(e):
+                    return  # closed or deleted under the flush: nothing left to make durable
                 raise self._dir_failed("flushing", e) from e
             finally:
                 for fd, close in fds:
                     if close:
                         os.close(fd)
             with self._lock:
-                if target > self.recovery_point:
+                if target > self.recovery_point and truncations == self._truncations:
                     self.recovery_point = target
-                self.last_flush_ms = system_wall_ms()
+                if not rolled:
+                    self.last_flush_ms = system_wall_ms()
+
+    def _closed_meanwhile(self, error: OSError) -> bool:
+        """Whether ``error`` came from files the loop closed or removed during a flush
+        (the log closed, or deleted with its directory), not from the disk."""
+        with self._lock:
+            return self._closed and isinstance(error, FileNotFoundError)
 
     def close(self, *, sync: bool = True) -> None:
         """Flush and close every segment (Kafka's close fsyncs too).

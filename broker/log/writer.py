@@ -13,6 +13,11 @@ queued behind it is never written (every log of the dir refuses writes from then
 nothing past the failure becomes durable or visible, and recovery after the restart cuts any
 torn tail. ``drain`` waits until everything submitted so far is done: a segment's files are
 closed, deleted or swapped only after it, so no queued write ever lands on a closed fd.
+
+A third thread, started by the first roll, flushes the rolled segments of the dir's logs
+not written here (``flush_later``, the flush Kafka's roll schedules): their data and indexes
+are fsynced and the log's recovery point moves to the new segment's base offset, off the loop
+and without holding up the fsyncs that acknowledgements wait for.
 """
 
 from __future__ import annotations
@@ -124,6 +129,11 @@ class LogDirWriter:
         #: written, not yet fsynced: the highest end offset per log, and the last request
         #: number covered (requests are numbered from 1 as submitted).
         self._to_sync: dict[Log, int] = {}
+        self._flushed = threading.Condition(lock)  # the flusher: a roll to flush; its waiters
+        #: rolled logs to flush, each up to the base offset of its newest segment
+        self._rolls: dict[Log, int] = {}
+        self._flushing = False
+        self._flusher: threading.Thread | None = None
         self._written_seq = 0
         self._submitted = 0
         self._completed = 0
@@ -146,6 +156,27 @@ class LogDirWriter:
             if not self._threads:
                 self._start()
             self._cond.notify()
+
+    def flush_later(self, log: Log, offset: int) -> None:
+        """Flush ``log`` below ``offset`` on the flusher thread (``Log.flush_rolled``); one
+        pending flush per log, to its highest offset. Dropped once the writer closes: the
+        close of the log flushes everything."""
+        with self._flushed:
+            if self._stopping:
+                return
+            if offset > self._rolls.get(log, -1):
+                self._rolls[log] = offset
+            if self._flusher is None:
+                self._flusher = threading.Thread(target=self._run_flushes, daemon=True,
+                                                 name=f"log-flusher {self.log_dir}")
+                self._flusher.start()
+            self._flushed.notify_all()
+
+    def wait_flushed(self) -> None:
+        """Wait until the rolled logs handed over so far are flushed (or dropped)."""
+        with self._flushed:
+            while self._rolls or self._flushing:
+                self._flushed.wait()
 
     def _start(self) -> None:
         for target, name in ((self._run_writes, "log-writer"), (self._run_syncs, "log-syncer")):
@@ -170,7 +201,10 @@ class LogDirWriter:
             self._stopping = True
             self._cond.notify_all()
             self._written.notify_all()
+            self._flushed.notify_all()
             threads = list(self._threads)
+            if self._flusher is not None:
+                threads.append(self._flusher)
         for thread in threads:
             if thread is not threading.current_thread():
                 thread.join()
@@ -218,6 +252,33 @@ class LogDirWriter:
             failed.dir_failed("writing", e)  # the whole dir goes offline: nothing more is written
             return {}
         return ends
+
+    # -- the flusher thread -----------------------------------------------------------------
+    def _run_flushes(self) -> None:
+        cond = self._flushed
+        while True:
+            with cond:
+                while not self._rolls and not self._stopping:
+                    cond.wait()
+                rolls, self._rolls = self._rolls, {}
+                if not rolls:
+                    return  # stopping, and nothing left
+                self._flushing = True
+            try:
+                for log, offset in rolls.items():
+                    if log.offline or log.closed:
+                        continue
+                    try:
+                        log.flush_rolled(offset)
+                    except KafkaStorageError:
+                        pass  # the dir is offline (logged once): the recovery point stays
+                    except Exception:  # a bug, not the disk: the next flush covers it
+                        logger.exception("flushing a rolled segment failed",
+                                         log_dir=self.log_dir, log=repr(log))
+            finally:
+                with cond:
+                    self._flushing = False
+                    cond.notify_all()
 
     # -- the sync thread --------------------------------------------------------------------
     def _run_syncs(self) -> None:

@@ -13,6 +13,11 @@ acknowledged value as the last one. After the last round the cleaner still finis
 record per key (each round's roll record has a key of its own) and no cleaner files left
 behind.
 
+Recovery points are checkpointed every second (log.flush.offset.checkpoint.interval.ms), so
+each restart rereads what was rolled since the last checkpoint and the active segment, as a
+broker running for long does, instead of the whole log: every round's broker lives well under
+the default minute, and without a checkpoint each restart would reread every segment.
+
 The topic's min.cleanable.dirty.ratio is 0, so any dirty inactive segment is cleaned. With a
 ratio above 0 that final count is a race, not a property of the cleaner: a clean that starts
 between a round's last produce and its roll stops at the round's last segment, which then
@@ -61,6 +66,8 @@ KEYS, UPDATES = 5000, 20_000
 KINDS = ["cleaned", "cleaned", "swap", "swap", "deleted", "delay", "delay", "delay"]
 START_KILLS = 0.4
 DEBRIS = (".cleaned", ".swap", ".deleted")
+#: the broker's settings: the cleaner's, and a recovery-point checkpoint every second
+OVERRIDES = {**CLEANER_OVERRIDES, "log.flush.offset.checkpoint.interval.ms": "1000"}
 WATCH_S = 20.0  # how long a round waits for the file it kills on
 
 
@@ -153,7 +160,7 @@ def test_sigkill_during_cleaning(broker_factory) -> None:
     rng = random.Random(seed)
     kinds = list(KINDS)
     rng.shuffle(kinds)
-    b: BrokerProcess = broker_factory(CLEANER_OVERRIDES)
+    b: BrokerProcess = broker_factory(OVERRIDES)
     topic = unique_topic("cleaner-crash")
     create_topic(b.bootstrap, topic, config=_topic_config())
     path = partition_dir(b.data_dir / "logs", topic)
