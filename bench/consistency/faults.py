@@ -286,7 +286,7 @@ class ClusterTarget:
     HEAL_TIMEOUT_S = 60.0
     ALONE_RECORDS = 10  # what an unclean failover waits for the lone leader to commit
     ALONE_WAIT_S = 10.0  # ... at most (under min.insync.replicas above 1 it commits none)
-    OVERWRITE_WAIT_S = 30.0  # at most, for the new leader to reach the lone leader's end
+    OVERWRITE_WAIT_S = 60.0  # at most, for the new leader to reach the lone leader's end
 
     def __init__(self, cluster: EmbeddedCluster, topic: str, partitions: int) -> None:
         self.cluster, self.topic, self.partitions = cluster, topic, partitions

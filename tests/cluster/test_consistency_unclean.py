@@ -55,7 +55,7 @@ def test_unclean_failover_loses_acknowledged_records(
     alone = re.search(r"committed (\d+) records alone", fault["detail"])
     assert alone and int(alone[1]) >= ClusterTarget.ALONE_RECORDS, fault["detail"]
     assert status == 1 and not summary["ok"] and summary["drained"], summary
-    assert summary["failures"].get("lost", 0) > 0, summary
+    assert summary["failures"].get("lost", 0) > 0, (fault["detail"], summary)
     lost = summary["examples"]["lost"]
     assert len(lost) == summary["anomalies"]["lost"]
     # acknowledged while the followers were down, not before: the fault lost them
