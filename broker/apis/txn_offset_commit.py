@@ -7,17 +7,8 @@ clients get as INVALID_TXN_STATE.
 
 As Kafka 3.6+ (KIP-890 part 1), the group's __consumer_offsets partition must be in the
 producer's ongoing transaction (AddOffsetsToTxn) unless the producer's transaction is already
-open in that partition's log: asked of the transaction coordinator first (in a cluster, the
-one on the broker leading the id's __transaction_state partition), its refusal is the answer
-for every partition the cluster has, wherever those partitions are led. The offsets stay
-pending until the transaction's marker.
-
-The coordinator's answer reaches the producer as Kafka's group coordinator hands it on: fenced
-as INVALID_PRODUCER_EPOCH, TRANSACTION_ABORTABLE as INVALID_TXN_STATE before v4, no answer
-(NETWORK_EXCEPTION) as COORDINATOR_LOAD_IN_PROGRESS (retried at the same group coordinator);
-NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE and COORDINATOR_LOAD_IN_PROGRESS from the
-transaction coordinator pass unchanged, as in Kafka (whose producer then looks the group
-coordinator up again and retries).
+open in that partition's log: asked of the transaction coordinator first, its refusal is the
+answer for every partition. The offsets stay pending until the transaction's marker.
 
 Authorization first, as Kafka's: WRITE on the transactional id
 (TRANSACTIONAL_ID_AUTHORIZATION_FAILED) then READ on the group (GROUP_AUTHORIZATION_FAILED), each
@@ -75,7 +66,8 @@ def handle(ctx: ApiContext, request: Request):  # type: ignore[no-untyped-def]
         offsets, denied = split_readable(ctx, request, offsets)
         if not offsets:
             return _response(denied, version)
-    def commit(refusal: Refusal) -> Completion[TxnOffsetCommitResponse]:
+    def commit(refusal: dict[TopicPartition, ErrorCode] | None
+               ) -> Completion[TxnOffsetCommitResponse]:
         if refusal is not None:
             return completed(_response({**refusal, **denied}, version))
         result = ctx.groups.commit_transactional_offsets(
@@ -99,11 +91,12 @@ def _verify(ctx: ApiContext, transactional_id: str, producer_id: int, producer_e
     it is asked there (AddPartitionsToTxn, verify only), answered later."""
     if not group_id:
         return None
-    known = [tp for tp in offsets if _exists(ctx, tp)]
+    partitions = ctx.replica_manager.partitions
+    known = [tp for tp in offsets if tp in partitions]
     if not known:
-        return None  # Kafka answers UNKNOWN_TOPIC_OR_PARTITION for each before verifying
+        return None
     offsets_tp = (TOPIC, ctx.groups.partition_for(group_id))
-    offsets_partition = ctx.replica_manager.partitions.get(offsets_tp)
+    offsets_partition = partitions.get(offsets_tp)
     if offsets_partition is not None and not offsets_partition.offline:
         entry = offsets_partition.log.producer_state.last_entry(producer_id)
         if entry is not None and entry.current_txn_first_offset >= 0:
@@ -117,14 +110,6 @@ def _verify(ctx: ApiContext, transactional_id: str, producer_id: int, producer_e
     error = ctx.transactions.verify_partition(transactional_id, producer_id, producer_epoch,
                                               offsets_tp)
     return _refusal(error, offsets, known, version)
-
-
-def _exists(ctx: ApiContext, tp: TopicPartition) -> bool:
-    """The partition is in the cluster's metadata (led here or elsewhere), as the group
-    coordinator's commit checks it; on a single broker, one of its own."""
-    if ctx.cluster is not None:
-        return ctx.cluster.cache.has_partition(tp)
-    return tp in ctx.replica_manager.partitions
 
 
 def _refusal(error: ErrorCode, offsets: dict[TopicPartition, OffsetAndMetadata],

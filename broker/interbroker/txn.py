@@ -16,16 +16,6 @@ transactional produce against a coordinator on another broker.
   answering for themselves, per broker), an id this broker's coordinator does not know cannot
   be located: the produce is appended unverified (Kafka's behaviour with
   ``transaction.partition.verification.enable=false``), logged once.
-
-  What the caller gets, as Kafka's AddPartitionsToTxnManager hands it on: COORDINATOR_NOT_AVAILABLE
-  when the coordinator's partition has no leader or its leader is not live; NETWORK_EXCEPTION
-  when the request got no answer (timed out, disconnected; refused credentials too, where
-  Kafka hands on the authentication error); no error when
-  the coordinator cannot verify (AddPartitionsToTxn below v4: Kafka skips the check);
-  INVALID_TXN_STATE for a request-level CLUSTER_AUTHORIZATION_FAILED (a client must not see it);
-  otherwise each partition's answer as the coordinator gave it (NOT_COORDINATOR and
-  COORDINATOR_LOAD_IN_PROGRESS included). The produce path and TxnOffsetCommit then convert
-  these as their Kafka counterparts do (replica_manager.py, apis/txn_offset_commit.py).
 """
 
 from __future__ import annotations
@@ -199,13 +189,8 @@ def _merged(parts: list[dict[TopicPartition, ErrorCode]]) -> dict[TopicPartition
     return out
 
 
-class VerificationUnsupported(InterBrokerError):
-    """The coordinator's broker speaks no AddPartitionsToTxn that can verify (below v4)."""
-
-
 class RemoteTransactionVerifier:
-    """The replica manager's ``verify_transaction_remote`` in a cluster; TxnOffsetCommit asks
-    it too (for the group's offsets partition)."""
+    """The replica manager's ``verify_transaction_remote`` in a cluster."""
 
     def __init__(self, node_id: int, cache: ClusterMetadataCache, client: InterBrokerClient,
                  partition_for: Callable[[str], int], known_here: Callable[[str], bool]) -> None:
@@ -241,8 +226,7 @@ class RemoteTransactionVerifier:
                                "not a cluster topic", transactional_id=transactional_id)
             self.unverified += 1
             return completed(dict.fromkeys(partitions, E.NONE))
-        if coordinator == NO_LEADER or self.cache.broker(coordinator) is None:
-            # No live broker to ask (Kafka's getTransactionCoordinator finds no alive node).
+        if coordinator == NO_LEADER:
             return completed(dict.fromkeys(partitions, E.COORDINATOR_NOT_AVAILABLE))
         return self.verify_on(coordinator, transactional_id, producer_id, producer_epoch,
                               partitions)
@@ -253,8 +237,8 @@ class RemoteTransactionVerifier:
         """AddPartitionsToTxn (verify only) to ``coordinator``: each partition's answer."""
         def build(version: int) -> Any:
             if version < VERIFY_MIN_VERSION:
-                raise VerificationUnsupported(f"broker {coordinator} cannot verify "
-                                              f"transactions (AddPartitionsToTxn v{version})")
+                raise InterBrokerError(f"broker {coordinator} cannot verify transactions "
+                                       f"(AddPartitionsToTxn v{version})")
             return AddPartitionsToTxnRequest[version](transactions=[VerifyTxn(
                 transactional_id=transactional_id, producer_id=producer_id,
                 producer_epoch=producer_epoch, verify_only=True,
@@ -262,12 +246,6 @@ class RemoteTransactionVerifier:
                         for t, ps in _by_topic(partitions).items()])])
 
         def failed(e: InterBrokerError) -> Errors:
-            if isinstance(e, VerificationUnsupported):
-                # Kafka's version mismatch: the append goes on unverified.
-                logger.warning("transaction verification skipped", coordinator=coordinator,
-                               error=str(e))
-                self.unverified += 1
-                return dict.fromkeys(partitions, E.NONE)
             logger.info("transaction verification failed", coordinator=coordinator,
                         error=str(e))
             return dict.fromkeys(partitions, E.NETWORK_EXCEPTION)
@@ -285,14 +263,9 @@ class RemoteTransactionVerifier:
 
 def _verified(response: Any, transactional_id: str, partitions: list[TopicPartition]
               ) -> dict[TopicPartition, ErrorCode]:
-    """Each partition's answer; a request-level error for all, CLUSTER_AUTHORIZATION_FAILED
-    (this broker may not ask) as INVALID_TXN_STATE: the verification did not complete, and a
-    client must not be told of the cluster's authorization."""
+    """Each partition's answer; a request-level error (CLUSTER_AUTHORIZATION_FAILED) for all."""
     if response.error_code != 0:
-        error = ErrorCode(response.error_code)
-        if error == E.CLUSTER_AUTHORIZATION_FAILED:
-            error = E.INVALID_TXN_STATE
-        return dict.fromkeys(partitions, error)
+        return dict.fromkeys(partitions, ErrorCode(response.error_code))
     errors: dict[TopicPartition, ErrorCode] = {}
     for txn in response.results_by_transaction:
         if txn.transactional_id != transactional_id:
