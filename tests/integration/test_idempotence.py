@@ -5,9 +5,10 @@
 2. On a raw socket, Kafka's answers: the same batch sent twice is answered with its original
    base offset and not appended again; a sequence gap gets OUT_OF_ORDER_SEQUENCE_NUMBER (45);
    an older epoch gets INVALID_PRODUCER_EPOCH (47).
-3. The broker is SIGKILLed while an idempotent producer streams, and restarted on the same
-   port: it rebuilds the producer state from the log, so the producer's retries of batches
-   that had reached the log are recognised and nothing is written twice.
+3. The broker is SIGKILLed while an idempotent producer streams, after a relay in front of it
+   kept some answers from the producer, and restarted on the same port: it rebuilds the
+   producer state from the log, so the producer's retries of batches that had reached the log
+   are recognised (answered as duplicates, each round) and nothing is written twice.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from tests.support.clients import (
     wait_until,
     watermarks,
 )
+from tests.support.relay import Relay
 from tests.support.wire import Wire
 
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
@@ -167,13 +169,17 @@ def _duplicates_answered(b: BrokerProcess) -> int:
 
 
 def test_retries_after_a_crash_make_no_duplicates(broker_factory) -> None:
-    b: BrokerProcess = broker_factory({"log.flush.interval.messages": "1"})
+    relay = Relay()  # clients reach the broker through it: its answers can be held back
+    b: BrokerProcess = broker_factory({
+        "log.flush.interval.messages": "1",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{relay.port}"})
+    relay.upstream_port = b.port
     topic = unique_topic("crash")
     partitions = 3
     create_topic(b.bootstrap, topic, partitions=partitions)
     errors: list = []
     producer = _idempotent_producer(
-        b.bootstrap, errors,
+        f"127.0.0.1:{relay.port}", errors,
         {"message.timeout.ms": 60000, "retry.backoff.ms": 20, "reconnect.backoff.ms": 20,
          "reconnect.backoff.max.ms": 100, "linger.ms": 2, "batch.num.messages": 50},
     )
@@ -200,20 +206,24 @@ def test_retries_after_a_crash_make_no_duplicates(broker_factory) -> None:
         producer.poll(0.001)
         return delivered[0] >= n
 
-    # A crash answers a retry from the rebuilt state only if an appended batch's answer was
-    # lost; the odds are about 3 in 4 per crash, so crash again (up to six times) until one is.
-    duplicates = 0
-    rounds = 0
-    while rounds < 2 or (duplicates == 0 and rounds < 6):
-        rounds += 1
-        target = delivered[0] + 1000
-        burst(4000)
-        wait_until(lambda t=target: delivered_at_least(t), 30, "deliveries", interval=0)
-        b.kill()  # mid-burst: some requests appended, their answers never sent
-        b.start()  # same port: the producer reconnects and retries them
-        assert producer.flush(60) == 0
-        duplicates += _duplicates_answered(b)
-    assert not failures and not [e for e in errors if e.fatal()], (failures, errors)
-    assert delivered[0] == 4000 * rounds
-    _check_partitions(b.bootstrap, topic, sent)
-    assert duplicates > 0, "no retry of an appended batch happened: the crash came too late"
+    rounds = 2
+    try:
+        for _ in range(rounds):
+            target = delivered[0] + 1000
+            burst(4000)
+            wait_until(lambda t=target: delivered_at_least(t), 30, "deliveries", interval=0)
+            # Batches keep being appended, their answers never reach the producer: the crash
+            # always falls after an append and before its answer.
+            relay.hold_answers()
+            wait_until(lambda: relay.held_bytes > 0, 30, "an answer held back")
+            b.kill()
+            relay.release()
+            b.start()  # same port: the producer reconnects and retries what it was not answered
+            assert producer.flush(60) == 0
+            duplicates = _duplicates_answered(b)
+            assert duplicates > 0, "no retry met a batch already in the log"
+        assert not failures and not [e for e in errors if e.fatal()], (failures, errors)
+        assert delivered[0] == 4000 * rounds
+        _check_partitions(b.bootstrap, topic, sent)
+    finally:
+        relay.close()
