@@ -1,11 +1,12 @@
 """DeleteRecords (key 21): move partitions' log start offsets forward (AdminClient.deleteRecords).
 
-Offset -1 means the high watermark. Each partition answers its new low watermark, or
-UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION (the internal topics are never trimmed by
-a client), POLICY_VIOLATION (a log without the delete cleanup policy), OFFSET_OUT_OF_RANGE
-(below 0 or past the high watermark) or KAFKA_STORAGE_ERROR; -1 as the low watermark with an
-error, as Kafka's INVALID_LOW_WATERMARK. Each topic needs DELETE, checked first
-(TOPIC_AUTHORIZATION_FAILED, nothing moved).
+Offset -1 means the high watermark. Each partition answers its new low watermark once every
+live replica dropped the records (at most timeout_ms, then REQUEST_TIMED_OUT), or
+UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, INVALID_TOPIC_EXCEPTION (the internal
+topics are never trimmed by a client), POLICY_VIOLATION (a log without the delete cleanup
+policy), OFFSET_OUT_OF_RANGE (below 0 or past the high watermark) or KAFKA_STORAGE_ERROR; -1
+as the low watermark with an error, as Kafka's INVALID_LOW_WATERMARK. Each topic needs
+DELETE, checked first (TOPIC_AUTHORIZATION_FAILED, nothing moved).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from protocol.errors import ErrorCode
 if TYPE_CHECKING:
     from broker.apis.context import ApiContext
     from broker.network.request import Request
+    from broker.replica.delayed_result import Completion
 
 API_KEY = 21  # DeleteRecords
 VERSIONS = range(0, 3)
@@ -31,7 +33,7 @@ TopicResult = DeleteRecordsResponse.DeleteRecordsTopicResult
 PartitionResult = TopicResult.DeleteRecordsPartitionResult
 
 
-def handle(ctx: ApiContext, request: Request) -> DeleteRecordsResponse:
+def handle(ctx: ApiContext, request: Request) -> Completion[DeleteRecordsResponse]:
     req = request.body
     # A partition named twice is deleted once, to its last offset (Kafka keys them in a map).
     offsets: dict[TopicPartition, int] = {}
@@ -47,9 +49,13 @@ def handle(ctx: ApiContext, request: Request) -> DeleteRecordsResponse:
     refused.update({tp: DeleteRecordsResult(ErrorCode.INVALID_TOPIC_EXCEPTION)
                     for tp in offsets if tp not in refused
                     and tp[0] in INTERNAL_TOPICS and tp in ctx.replica_manager.partitions})
-    results = ctx.replica_manager.delete_records(
+    deleted = ctx.replica_manager.delete_records(
         {tp: o for tp, o in offsets.items() if tp not in refused}, req.timeout_ms)
-    results.update(refused)
+    return deleted.then(lambda results: _response(offsets, {**results, **refused}))
+
+
+def _response(offsets: dict[TopicPartition, int],
+              results: dict[TopicPartition, DeleteRecordsResult]) -> DeleteRecordsResponse:
     by_topic: dict[str, list[PartitionResult]] = {}
     for tp in offsets:
         r = results[tp]

@@ -255,7 +255,7 @@ class BrokerCollector(Collector):
     # -- purgatories and the timer ---------------------------------------------------------------
     def _purgatories(self, rm: ReplicaManager, coordinator: GroupCoordinator | None
                      ) -> Iterator[Metric]:
-        purgatories = [rm.produce_purgatory, rm.fetch_purgatory]
+        purgatories = [rm.produce_purgatory, rm.fetch_purgatory, rm.delete_records_purgatory]
         if coordinator is not None:
             purgatories.append(coordinator.join_purgatory)
         label = ["purgatory"]

@@ -110,9 +110,18 @@ class Partition:
 
     @property
     def low_watermark(self) -> int:
-        """Kafka's lowWatermarkIfLeader: the least log start offset of the replicas, so the
-        offset below which no replica still holds data; with no other replica, this log's."""
-        return self.log.log_start_offset
+        """Kafka's lowWatermarkIfLeader: the least log start offset of this replica and the
+        followers on live brokers (-1 for one that has not fetched yet), so the offset below
+        which no live replica still holds data."""
+        low = self.log.log_start_offset
+        replication = self.replication
+        if replication is None:
+            return low
+        alive = replication.broker_epoch_of
+        for f in replication.followers.values():
+            if f.log_start_offset < low and (alive is None or alive(f.broker_id) is not None):
+                low = f.log_start_offset
+        return low
 
     def make_leader(self, leader_epoch: int) -> bool:
         """Lead in ``leader_epoch`` (Kafka's makeLeader): a newer epoch starts at the log end
@@ -181,9 +190,10 @@ class Partition:
             return epoch, end_offset
         return None
 
-    def delete_records(self, offset: int) -> int:
+    def delete_records(self, offset: int) -> tuple[int, int]:
         """Kafka's deleteRecordsOnLeader: move the log start offset up to ``offset``
-        (HIGH_WATERMARK: the high watermark) and answer the low watermark.
+        (HIGH_WATERMARK: the high watermark); the low watermark now, and the offset it must
+        reach for the deletion to be complete on every replica.
 
         Refused with POLICY_VIOLATION when the cleanup policy lacks ``delete`` (a compacted
         log keeps its latest values), and OFFSET_OUT_OF_RANGE below 0 or past the high
@@ -205,7 +215,7 @@ class Partition:
                 f"can not move the log start offset of {self.topic}-{self.index} to {target}: "
                 f"past the high watermark {hw}")
         log.maybe_increment_log_start_offset(target, "client record deletion")
-        return self.low_watermark
+        return self.low_watermark, target
 
     def append(self, records: bytearray | memoryview | bytes, now_ms: int,
                origin: AppendOrigin = AppendOrigin.CLIENT) -> tuple[AppendInfo, bool]:

@@ -36,6 +36,7 @@ from broker.log.dir_failure import KafkaStorageError, LogDirFailureChannel
 from broker.log.log import AppendInfo, AppendOrigin, Log, OffsetOutOfRangeError
 from broker.log.txn_index import AbortedTxn
 from broker.metrics.instruments import Histogram
+from broker.replica.delayed_delete_records import DelayedDeleteRecords
 from broker.replica.delayed_fetch import DelayedFetch
 from broker.replica.delayed_produce import DelayedProduce
 from broker.replica.delayed_result import Completion, chain, completed
@@ -134,6 +135,8 @@ class ReplicaManager:
         self.timer = timer
         self.produce_purgatory: Purgatory[DelayedProduce] = Purgatory("produce", timer)
         self.fetch_purgatory: Purgatory[DelayedFetch] = Purgatory("fetch", timer)
+        self.delete_records_purgatory: Purgatory[DelayedDeleteRecords] = Purgatory(
+            "delete_records", timer)
         self._failure_channels: list[LogDirFailureChannel] = []
         self._flush_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="flusher")
         self._flush_tasks: set[asyncio.Task[None]] = set()
@@ -506,8 +509,11 @@ class ReplicaManager:
                           leader_end: int, replica_epoch: int) -> None:
         """A follower fetched at ``f.fetch_offset``: its state, maybe the ISR, maybe the high
         watermark (and what waits on it)."""
+        start_before = follower.log_start_offset
         hw_moved = p.update_follower_fetch_state(follower, f.fetch_offset, f.log_start_offset,
                                                  leader_end, replica_epoch)
+        if follower.log_start_offset != start_before:
+            self.delete_records_purgatory.check_and_complete(p.key)
         proposal = p.isr_to_expand(follower)
         if proposal is not None:
             logger.info("expanding the ISR", topic=p.topic, partition=p.index,
@@ -666,39 +672,48 @@ class ReplicaManager:
 
     # -- record deletion ----------------------------------------------------------------------
     def delete_records(self, offsets: dict[TopicPartition, int], timeout_ms: int
-                       ) -> dict[TopicPartition, DeleteRecordsResult]:
+                       ) -> Completion[dict[TopicPartition, DeleteRecordsResult]]:
         """Kafka's deleteRecords: move each partition's log start offset (-1: to its high
-        watermark) and answer its low watermark; fetches parked below a new start answer now,
-        OFFSET_OUT_OF_RANGE. The segments wholly below it go with the next retention pass.
+        watermark); fetches parked below a new start answer now, OFFSET_OUT_OF_RANGE. The
+        segments wholly below it go with the next retention pass.
 
-        Always answered at once: Kafka parks a DelayedDeleteRecords until every replica's log
-        start reaches the offset (the low watermark), and with this broker the only replica
-        the low watermark is there as soon as the leader's start moved, so ``timeout_ms``
-        bounds nothing here. The caller refuses the internal topics.
+        Each partition answers its low watermark once it reached the offset: at once without
+        followers, else when the live followers' log starts followed (DelayedDeleteRecords,
+        at most ``timeout_ms``). The caller refuses the internal topics.
         """
         results: dict[TopicPartition, DeleteRecordsResult] = {}
+        required: dict[TopicPartition, int] = {}
         for tp, offset in offsets.items():
-            results[tp] = self._delete_records_one(tp, offset)
-        return results
+            results[tp], target = self._delete_records_one(tp, offset)
+            if target is not None:
+                required[tp] = target
+        if not required:
+            return completed(results)
+        op = DelayedDeleteRecords(timeout_ms, self.partition_or_error, required, results)
+        self.delete_records_purgatory.try_complete_else_watch(op, list(required))
+        return op.future
 
-    def _delete_records_one(self, tp: TopicPartition, offset: int) -> DeleteRecordsResult:
+    def _delete_records_one(self, tp: TopicPartition, offset: int
+                            ) -> tuple[DeleteRecordsResult, int | None]:
+        """One partition's local deletion: its result, and the offset its low watermark must
+        reach (None when refused)."""
         partition, error = self.partition_or_error(tp)
         if partition is None:
-            return DeleteRecordsResult(error)
+            return DeleteRecordsResult(error), None
         before = partition.log_start_offset
         try:
-            low_watermark = partition.delete_records(offset)
+            low_watermark, target = partition.delete_records(offset)
         except KafkaError as exc:  # KafkaStorageError too: the dir failed under the move
             code = ErrorCode(exc.error_code)
             logger.info("delete records refused", topic=tp[0], partition=tp[1], offset=offset,
                         error=code.name, reason=str(exc))
-            return DeleteRecordsResult(code)
+            return DeleteRecordsResult(code), None
         except Exception:
             logger.exception("delete records failed", topic=tp[0], partition=tp[1], offset=offset)
-            return DeleteRecordsResult(ErrorCode.UNKNOWN_SERVER_ERROR)
+            return DeleteRecordsResult(ErrorCode.UNKNOWN_SERVER_ERROR), None
         if partition.log_start_offset > before:
             self.fetch_purgatory.check_and_complete(tp)
-        return DeleteRecordsResult(ErrorCode.NONE, low_watermark)
+        return DeleteRecordsResult(ErrorCode.NONE, low_watermark), target
 
     # -- retention ----------------------------------------------------------------------------
     def apply_retention(self) -> None:
@@ -820,10 +835,11 @@ class ReplicaManager:
 
     def partition_or_error(self, tp: TopicPartition) -> tuple[Partition | None, ErrorCode]:
         """Kafka's getPartitionOrError, for handlers that read a partition themselves
-        (ListOffsets, OffsetForLeaderEpoch): an offline one answers KAFKA_STORAGE_ERROR."""
+        (ListOffsets, OffsetForLeaderEpoch): an offline one answers KAFKA_STORAGE_ERROR, one
+        led by another broker NOT_LEADER_OR_FOLLOWER."""
         p = self.partitions.get(tp)
         if p is None:
-            return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            return None, self._absent_error(tp)
         if p.offline:
             return None, ErrorCode.KAFKA_STORAGE_ERROR
         return p, ErrorCode.NONE
@@ -859,6 +875,7 @@ class ReplicaManager:
         for tp in offline:
             self.fetch_purgatory.check_and_complete(tp)
             self.produce_purgatory.check_and_complete(tp)
+            self.delete_records_purgatory.check_and_complete(tp)
         logger.warning("stopped serving replicas in an offline log dir", log_dir=log_dir,
                        partitions=[f"{t}-{i}" for t, i in offline])
 
@@ -911,12 +928,15 @@ class ReplicaManager:
         self.opened_at.pop(tp, None)
         self.produce_purgatory.check_and_complete(tp)
         self.fetch_purgatory.check_and_complete(tp)
+        self.delete_records_purgatory.check_and_complete(tp)
         return partition
 
     def complete_all_parked(self) -> None:
         """Answer every parked request now (shutdown): fetches with what they have, produces
         with their partitions' state."""
-        for purgatory in (self.fetch_purgatory, self.produce_purgatory):
+        purgatories = (self.fetch_purgatory, self.produce_purgatory,
+                       self.delete_records_purgatory)
+        for purgatory in purgatories:
             for tp in list(self.partitions):
                 for op in purgatory.cancel_for_key(tp):
                     op.force_complete()

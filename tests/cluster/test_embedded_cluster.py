@@ -61,10 +61,10 @@ def produce(bootstrap: str, topic: str, partition: int, values: list[bytes]) -> 
 
 
 def read_partition(bootstrap: str, topic: str, partition: int, n: int,
-                   timeout: float = 30.0) -> list[bytes]:
+                   timeout: float = 30.0, start: int = 0) -> list[bytes]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
                          "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, partition, 0)])
+    consumer.assign([TopicPartition(topic, partition, start)])
     values: list[bytes] = []
     deadline = time.monotonic() + timeout
     try:
@@ -144,6 +144,38 @@ def test_kill_is_a_crash_and_restart_keeps_port_and_records(cluster: EmbeddedClu
     assert broker.running and broker.recovered and broker.port == port
     assert cluster.wait_for_leader(topic, 0, victim) == victim
     assert read_partition(cluster.bootstrap_servers, topic, 0, 20) == acked
+
+
+def replica_offsets(cluster: EmbeddedCluster, topic: str, partition: int, offset: str
+                    ) -> dict[int, int]:
+    """Each broker's ``offset`` (an attribute name) of its replica of the partition, led or
+    followed."""
+    offsets = {}
+    for node in (1, 2, 3):
+        broker = cluster.broker(node).broker
+        assert broker is not None and broker.replica_manager is not None
+        rm = broker.replica_manager
+        tp = (topic, partition)
+        replica = rm.partitions.get(tp) or rm.follower_partitions.get(tp)
+        assert replica is not None, (node, tp)
+        offsets[node] = getattr(replica, offset)
+    return offsets
+
+
+def test_delete_records_answers_once_every_replica_dropped_them(cluster: EmbeddedCluster
+                                                                ) -> None:
+    topic = new_topic(cluster, partitions=1, rf=3)
+    values = [f"r{i}".encode() for i in range(10)]
+    assert produce(cluster.bootstrap_servers, topic, 0, values) == [None] * 10
+    # Every replica knows the high watermark: a leader elected meanwhile can delete up to it.
+    cluster.wait_for(lambda: replica_offsets(cluster, topic, 0, "high_watermark")
+                     == {1: 10, 2: 10, 3: 10}, 15, "the followers' high watermark")
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    [deleted] = admin.delete_records([TopicPartition(topic, 0, 6)]).values()
+    assert deleted.result(30).low_watermark == 6
+    # Answered only once the followers had moved their log start too (their fetches said so).
+    assert replica_offsets(cluster, topic, 0, "log_start_offset") == {1: 6, 2: 6, 3: 6}
+    assert read_partition(cluster.bootstrap_servers, topic, 0, 4, start=6) == values[6:]
 
 
 def test_clean_stop_deregisters_at_once(cluster: EmbeddedCluster) -> None:

@@ -116,7 +116,7 @@ async def test_below_the_log_start_is_out_of_range_even_when_diverged(
     parts.topics.create_topic(TOPIC, 1, {})
     rm = parts.replica_manager
     _produce(rm, [b"a", b"b", b"c", b"d"])
-    assert rm.delete_records({TP: 3}, 0)[TP].error == ErrorCode.NONE
+    assert rm.delete_records({TP: 3}, 0).result()[TP].error == ErrorCode.NONE
     _lead(rm, 2)
     assert _one(_fetch(rm, 1, 0)).error == ErrorCode.OFFSET_OUT_OF_RANGE
     assert _one(_fetch(rm, 3, 0)).diverging_epoch is None

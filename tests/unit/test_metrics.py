@@ -157,8 +157,10 @@ def test_exposition_of_a_broker_state() -> None:
     clock = ManualClock()
     timer = Timer(clock)
     produce, fetch = Purgatory("produce", timer), Purgatory("fetch", timer)
+    delete_records: Purgatory[Op] = Purgatory("delete_records", timer)
     fetch.try_complete_else_watch(Op(500), [("t", 0)])
-    rm = SimpleNamespace(produce_purgatory=produce, fetch_purgatory=fetch, timer=timer,
+    rm = SimpleNamespace(produce_purgatory=produce, fetch_purgatory=fetch,
+                         delete_records_purgatory=delete_records, timer=timer,
                          partitions={}, opened_at={}, flush_time=Histogram(), markers_written=0,
                          isr_shrinks=0, isr_expands=0)
     m = BrokerMetrics(node_id=1)
@@ -169,7 +171,7 @@ def test_exposition_of_a_broker_state() -> None:
         generate_latest(m.registry).decode())}
     delayed = {s.labels["purgatory"]: s.value
                for s in families["minibroker_purgatory_delayed_operations"].samples}
-    assert delayed == {"produce": 0, "fetch": 1}
+    assert delayed == {"produce": 0, "fetch": 1, "delete_records": 0}
     [requests] = families["minibroker_requests"].samples
     assert requests.labels == {"api": "Produce", "version": "9"} and requests.value == 1
     assert families["minibroker_timer_tasks"].samples[0].value == 1
