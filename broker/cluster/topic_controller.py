@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import functools
+import itertools
 import random
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
@@ -802,19 +803,23 @@ class ControllerDuties:
         ``controller`` is this broker's controller. A broker that died while etcd could not be
         reached must not leave its partitions leaderless until some other broker changes.
         ``ControllerMoved`` and any other error end it (``_done`` logs them); a resignation
-        or a new epoch ends it at the next attempt, ``stop`` at once."""
+        or a new epoch ends it at the next attempt, ``stop`` at once. It cannot outlast the
+        controller: one that cannot reach etcd loses its lease within the TTL and resigns."""
         backoff_ms = RETRY_BACKOFF_MIN_MS
-        while True:
+        for attempt in itertools.count(1):
             try:
                 await work()
+                if attempt > 1:
+                    logger.info("controller work done after retries", attempts=attempt)
                 return
             except ControllerMoved:
                 raise
             except StoreError as e:
                 if not self._still_controller(controller):
                     raise
-                logger.warning("controller work failed, retrying", error=str(e),
-                               backoff_ms=backoff_ms, epoch=controller.context.epoch)
+                if attempt == 1:  # once: it may fail every few seconds until etcd is back
+                    logger.warning("controller work failed, retrying", error=str(e),
+                                   epoch=controller.context.epoch)
             clock = controller.store.clock
             await sleep_until(clock, clock.time() + backoff_ms)
             if not self._still_controller(controller):
