@@ -15,6 +15,11 @@ Invariants:
   the first live replica; else no leader (-1) and the ISR left as Kafka left it (the dead
   replicas removed, but never the last one: "last replica standing").
 - Operations run one at a time (Kafka's single controller event thread).
+- Controller work the store fails (unreachable, refused) is run again, after a backoff growing
+  from ``RETRY_BACKOFF_MIN_MS`` to ``RETRY_BACKOFF_MAX_MS``, for as long as this broker stays
+  the same controller: Kafka's controller retried a ZooKeeper request until connected, for
+  as long as its session lasted. Every piece of work re-reads what it decides on, so running
+  it again is safe.
 - Leadership moves only to a replica that is live, in the ISR and not shutting down
   (controlled shutdown, preferred election, the auto rebalance); a broker in controlled
   shutdown keeps leading what could not be moved until it goes.
@@ -25,8 +30,9 @@ from __future__ import annotations
 import asyncio
 import enum
 import functools
+import itertools
 import random
-from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +62,7 @@ from broker.cluster.store import (
     StoreError,
     StoreUnavailable,
     WatchEvent,
+    sleep_until,
 )
 from broker.cluster.topic_state import (
     NO_LEADER,
@@ -726,6 +733,9 @@ class NewTopicFollower(PrefixFollower):
 
 #: Kafka's controller schedules its first auto rebalance this long after its failover.
 AUTO_REBALANCE_FIRST_DELAY_S = 5.0
+#: Controller work the store failed is run again after this, doubling up to the maximum.
+RETRY_BACKOFF_MIN_MS = 100.0
+RETRY_BACKOFF_MAX_MS = 3200.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -743,6 +753,7 @@ class ControllerDuties:
     on election a ``TopicController`` for the new epoch, which first brings every partition in
     line with the live brokers (Kafka's onControllerFailover); then each change of the live
     brokers is handled in order (Kafka's controller event queue); on resignation, nothing more.
+    Work the store fails is retried while this controller lasts (``_until_done``).
     """
 
     def __init__(
@@ -784,7 +795,39 @@ class ControllerDuties:
             self._rebalancer = asyncio.get_running_loop().create_task(
                 self._rebalance_leaders(controller, self.rebalance),
                 name="auto-leader-rebalance")
-        await controller.elect_leaders()
+        await self._until_done(controller, controller.elect_leaders)
+
+    async def _until_done(self, controller: TopicController,
+                          work: Callable[[], Awaitable[object]]) -> None:
+        """Run ``work``; when the store fails it, run it again after a backoff, for as long as
+        ``controller`` is this broker's controller. A broker that died while etcd could not be
+        reached must not leave its partitions leaderless until some other broker changes.
+        ``ControllerMoved`` and any other error end it (``_done`` logs them); a resignation
+        or a new epoch ends it at the next attempt, ``stop`` at once. It cannot outlast the
+        controller: one that cannot reach etcd loses its lease within the TTL and resigns."""
+        backoff_ms = RETRY_BACKOFF_MIN_MS
+        for attempt in itertools.count(1):
+            try:
+                await work()
+                if attempt > 1:
+                    logger.info("controller work done after retries", attempts=attempt)
+                return
+            except ControllerMoved:
+                raise
+            except StoreError as e:
+                if not self._still_controller(controller):
+                    raise
+                if attempt == 1:  # once: it may fail every few seconds until etcd is back
+                    logger.warning("controller work failed, retrying", error=str(e),
+                                   epoch=controller.context.epoch)
+            clock = controller.store.clock
+            await sleep_until(clock, clock.time() + backoff_ms)
+            if not self._still_controller(controller):
+                return  # resigned meanwhile: the next controller's failover does it
+            backoff_ms = min(backoff_ms * 2, RETRY_BACKOFF_MAX_MS)
+
+    def _still_controller(self, controller: TopicController) -> bool:
+        return self.controller is controller and controller.context.active
 
     async def _rebalance_leaders(self, controller: TopicController,
                                  rebalance: LeaderRebalance) -> None:
@@ -828,7 +871,8 @@ class ControllerDuties:
     def _new_topic(self, name: str) -> None:
         controller = self.controller
         if controller is not None:
-            self._spawn(controller.initialize_partitions(name))
+            self._spawn(self._until_done(
+                controller, functools.partial(controller.initialize_partitions, name)))
 
     async def _stop_new_topics(self) -> None:
         follower, self._new_topics = self._new_topics, None
@@ -836,8 +880,10 @@ class ControllerDuties:
             await follower.stop()
 
     def brokers_changed(self, change: BrokerChange) -> None:
-        if self.controller is not None:
-            self._spawn(self.controller.on_broker_change(change))
+        controller = self.controller
+        if controller is not None:
+            self._spawn(self._until_done(
+                controller, functools.partial(controller.on_broker_change, change)))
 
     def resigned(self, context: ControllerContext, reason: str) -> None:
         if self.controller is not None and self.controller.context is context:
@@ -858,8 +904,8 @@ class ControllerDuties:
         if isinstance(error, ControllerMoved):
             return  # resigned meanwhile: the next controller does it
         if isinstance(error, StoreError):
-            # Unreachable or refused: the next broker change, or the next controller's
-            # failover, brings the partitions in line.
+            # No longer the controller when it failed: the next controller's failover
+            # brings the partitions in line.
             logger.warning("controller work failed", error=str(error))
         elif error is not None:
             logger.error("controller work failed", exc_info=error)
