@@ -65,11 +65,12 @@ def box_times() -> tuple[int, int]:
 # -- the producer process ------------------------------------------------------------------------
 
 
-def producer_main(bootstrap: str, partitions: int, size: int, start: float, end: float) -> None:
+def producer_main(bootstrap: str, partitions: int, size: int, start: float, end: float,
+                  acks: int | str = 1) -> None:
     """Send until the wall clock passes ``end``; count what is acknowledged in [start, end)."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5,
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
                          "queue.buffering.max.kbytes": 65536, "broker.address.family": "v4",
                          "enable.idempotence": False})
     counted = {"records": 0, "errors": 0}

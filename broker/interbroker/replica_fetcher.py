@@ -336,20 +336,19 @@ class ReplicaFetcher:
         """Each partition's fetch offset, its log end: the leader takes it as what this
         replica holds (its high watermark and acks=all count it). So an offset is reported
         only once as durable as the flush policy asks (flush.messages: Kafka's follower
-        flushes in the append before its next fetch); a partition whose dir failed is not
-        reported at all, and waits for newer state as after a failed append."""
+        flushes in the append before its next fetch). A log end whose flush failed (its dir
+        went offline) is not reported: the partition waits for newer state, as after a
+        failed append."""
         rm = self.manager.replica_manager
         current = [(s, p) for s in ready if (p := self._current(s)) is not None]
         if any(rm.follower_flush_owed(p) for _s, p in current):
             await rm.follower_flushes([p for _s, p in current])
             current = [(s, p) for s, _p in current if (p := self._current(s)) is not None]
-        asked: dict[TopicPartition, tuple[FetchState, int]] = {}
-        for state, partition in current:
-            if partition.offline:
-                self._wait_for_state(state, ErrorCode.KAFKA_STORAGE_ERROR)
-                continue
-            asked[state.tp] = (state, partition.log_end_offset)
-        return asked
+            for state, partition in current:
+                if rm.follower_flush_owed(partition):  # only offline it was not flushed
+                    self._wait_for_state(state, ErrorCode.KAFKA_STORAGE_ERROR)
+            current = [(s, p) for s, p in current if not s.waiting_for_state]
+        return {s.tp: (s, p.log_end_offset) for s, p in current}
 
     def _fetch_builder(self, asked: dict[TopicPartition, tuple[FetchState, int]]
                        ) -> Callable[[int], Any]:

@@ -618,16 +618,15 @@ class ReplicaManager:
         reach flush.messages: the offset its next fetch reports is then durable. Never with
         flush.messages unset, the default."""
         log = partition.log
-        return (log.unflushed_messages >= log.config.flush_interval_messages
-                and not log.offline and not log.closed)
+        return log.unflushed_messages >= log.config.flush_interval_messages
 
     async def follower_flushes(self, partitions: Iterable[Partition]) -> None:
-        """Until no partition of ``partitions`` owes a flush (``follower_flush_owed``), is
-        followed here still and has its dir online: the fetcher's wait, off the loop's
-        thread, for the fsync that Kafka's fetcher thread makes in its append. Their flushes
-        run together (the dir's writer, or the flusher threads), so one round of fsyncs
-        covers every partition of a fetch."""
-        owed = [p for p in partitions if self.follower_flush_owed(p)]
+        """Until no partition of ``partitions`` both owes a flush (``follower_flush_owed``)
+        and can still get it (followed here, its dir online): the fetcher's wait, off the
+        loop's thread, for the fsync that Kafka's fetcher thread makes in its append. Their
+        flushes run together (the dir's writer, or the flusher threads), so one round of
+        fsyncs covers every partition of a fetch."""
+        owed = [p for p in partitions if self.follower_flush_owed(p) and not p.offline]
         loop = asyncio.get_running_loop()
         while owed:
             for p in owed:
@@ -642,7 +641,7 @@ class ReplicaManager:
             finally:
                 with contextlib.suppress(ValueError):
                     self._flush_waiters.remove(waiter)
-            owed = [p for p in owed if self.follower_flush_owed(p)
+            owed = [p for p in owed if self.follower_flush_owed(p) and not p.offline
                     and self.follower_partitions.get(p.key) is p]
 
     def _follower_durable(self, end_offset: int, seconds: float) -> None:
