@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +29,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.cluster import TOPIC, box_times, proc_cpu_s, producer_main
+from bench.cluster import TOPIC, Args, drive, producer_main
 from broker.cluster.etcd_process import EtcdProcess
 from tests.support.broker import BrokerProcess
 
@@ -70,35 +68,17 @@ def create_topic(bootstrap: str, partitions: int) -> None:
 def measure(etcd: EtcdProcess, base: Path, ns: argparse.Namespace) -> dict[str, Any]:
     brokers = start_pair(etcd, base, ns.flush_messages)
     try:
-        bootstrap = ",".join(b.bootstrap for b in brokers)
-        create_topic(bootstrap, ns.partitions)
-        start = time.time() + 2.0 + ns.warmup  # the producers' start-up, then the warm-up
-        end = start + ns.seconds
-        procs = [subprocess.Popen(
-            [sys.executable, "-m", "bench.replication", "--producer", bootstrap,
-             str(ns.partitions), str(ns.size), repr(start), repr(end)],
-            stdout=subprocess.PIPE, text=True) for _ in range(ns.producers)]
-        pids = [b.proc.pid for b in brokers if b.proc is not None]
-        time.sleep(max(0.0, start - time.time()))
-        cpu0, box0 = [proc_cpu_s(p) for p in pids], box_times()
-        time.sleep(max(0.0, end - time.time()))
-        cpu1, box1 = [proc_cpu_s(p) for p in pids], box_times()
-        loadavg = os.getloadavg()[0]
-        counted = [json.loads(p.communicate(timeout=60)[0].strip().splitlines()[-1])
-                   for p in procs]
-    finally:
+        create_topic(",".join(b.bootstrap for b in brokers), ns.partitions)
+    except BaseException:
         for b in brokers:
-            if b.proc is not None and b.proc.poll() is None:
-                b.stop()
-    records = sum(c["records"] for c in counted)
-    busy, total = box1[0] - box0[0], box1[1] - box0[1]
+            b.stop()
+        raise
+    args = Args(ns.partitions, ns.producers, ns.seconds, ns.warmup, ns.size)
+    w = drive("bench.replication", brokers, args)
     return {"partitions": ns.partitions, "producers": ns.producers, "seconds": ns.seconds,
-            "size": ns.size, "flush_messages": ns.flush_messages, "records": records,
-            "errors": sum(c["errors"] for c in counted),
-            "mb_per_s": round(records * ns.size / 1e6 / ns.seconds, 2),
-            "broker_cpu_s": [round(b - a, 3) for a, b in zip(cpu0, cpu1, strict=True)],
-            "box_busy": round(busy / total, 3) if total else None,
-            "loadavg": round(loadavg, 2)}
+            "size": ns.size, "flush_messages": ns.flush_messages, "records": w.records,
+            "errors": w.errors, "mb_per_s": round(w.records * ns.size / 1e6 / ns.seconds, 2),
+            "broker_cpu_s": w.broker_cpu_s, "box_busy": w.box_busy, "loadavg": w.loadavg}
 
 
 def main(argv: list[str] | None = None) -> int:
