@@ -65,11 +65,12 @@ def box_times() -> tuple[int, int]:
 # -- the producer process ------------------------------------------------------------------------
 
 
-def producer_main(bootstrap: str, partitions: int, size: int, start: float, end: float) -> None:
+def producer_main(bootstrap: str, partitions: int, size: int, start: float, end: float,
+                  acks: int | str = 1) -> None:
     """Send until the wall clock passes ``end``; count what is acknowledged in [start, end)."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5,
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
                          "queue.buffering.max.kbytes": 65536, "broker.address.family": "v4",
                          "enable.idempotence": False})
     counted = {"records": 0, "errors": 0}
@@ -137,15 +138,27 @@ def create_topic(brokers: list[BrokerProcess], partitions: int) -> None:
     raise TimeoutError(f"{TOPIC} not led as assigned ({assignment}) within 60 s")
 
 
-def measure(etcd: EtcdProcess, count: int, args: Args, base: Path) -> dict[str, Any]:
-    brokers = start_brokers(etcd, count, base)
+@dataclass
+class Window:
+    """What one measured window gave: records and errors of all producers, each broker's
+    CPU seconds, the box's busy share and the load average at its end."""
+
+    records: int
+    errors: int
+    broker_cpu_s: list[float]
+    box_busy: float | None
+    loadavg: float
+
+
+def drive(module: str, brokers: list[BrokerProcess], args: Args) -> Window:
+    """Run ``args.producers`` producer processes (``python -m <module> --producer ...``)
+    against ``brokers`` and measure the window after the warm-up; stops the brokers."""
     try:
-        create_topic(brokers, args.partitions)
         bootstrap = ",".join(b.bootstrap for b in brokers)
         start = time.time() + 2.0 + args.warmup  # the producers' start-up, then the warm-up
         end = start + args.seconds
         procs = [subprocess.Popen(
-            [sys.executable, "-m", "bench.cluster", "--producer", bootstrap,
+            [sys.executable, "-m", module, "--producer", bootstrap,
              str(args.partitions), str(args.size), repr(start), repr(end)],
             stdout=subprocess.PIPE, text=True) for _ in range(args.producers)]
         pids = [b.proc.pid for b in brokers if b.proc is not None]
@@ -160,17 +173,29 @@ def measure(etcd: EtcdProcess, count: int, args: Args, base: Path) -> dict[str, 
         for b in brokers:
             if b.proc is not None and b.proc.poll() is None:
                 b.stop()
-    records = sum(c["records"] for c in counted)
-    mb = records * args.size / 1e6
-    cpu = [round(b - a, 3) for a, b in zip(cpu0, cpu1, strict=True)]
     busy, total = box1[0] - box0[0], box1[1] - box0[1]
+    return Window(sum(c["records"] for c in counted), sum(c["errors"] for c in counted),
+                  [round(b - a, 3) for a, b in zip(cpu0, cpu1, strict=True)],
+                  round(busy / total, 3) if total else None, round(loadavg, 2))
+
+
+def measure(etcd: EtcdProcess, count: int, args: Args, base: Path) -> dict[str, Any]:
+    brokers = start_brokers(etcd, count, base)
+    try:
+        create_topic(brokers, args.partitions)
+    except BaseException:
+        for b in brokers:
+            b.stop()
+        raise
+    w = drive("bench.cluster", brokers, args)
+    mb = w.records * args.size / 1e6
+    cpu = w.broker_cpu_s
     return {"brokers": count, "partitions": args.partitions, "producers": args.producers,
-            "seconds": args.seconds, "size": args.size, "records": records,
-            "errors": sum(c["errors"] for c in counted), "mb": round(mb, 2),
+            "seconds": args.seconds, "size": args.size, "records": w.records,
+            "errors": w.errors, "mb": round(mb, 2),
             "mb_per_s": round(mb / args.seconds, 2), "broker_cpu_s": cpu,
             "broker_cpu_s_per_mb": round(sum(cpu) / mb, 4) if mb else None,
-            "box_busy": round(busy / total, 3) if total else None,
-            "loadavg": round(loadavg, 2)}
+            "box_busy": w.box_busy, "loadavg": w.loadavg}
 
 
 def summary(one: dict[str, Any], two: dict[str, Any]) -> dict[str, Any]:

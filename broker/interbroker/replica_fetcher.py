@@ -17,6 +17,9 @@ tasks:
 - Fetching sends Kafka's Fetch as a replica: v15+ ReplicaState{ReplicaId, ReplicaEpoch = this
   broker's registration epoch}, older versions ReplicaId; per partition CurrentLeaderEpoch,
   FetchOffset = the log end, LastFetchedEpoch = the log's latest epoch, LogStartOffset.
+  A log end is reported only once the flush policy is met: with flush.messages=N, not while
+  N or more messages are unflushed (Kafka's follower flushes in its append then), so with
+  flush.messages=1 the leader never counts a follower's offset that is not fsynced.
   Records are appended as they are (Log.append_as_follower); the high watermark is the
   leader's capped by the own log end; the log start follows the leader's.
 - A DivergingEpoch in the answer (the leader detected divergence from LastFetchedEpoch)
@@ -293,11 +296,7 @@ class ReplicaFetcher:
 
     # -- fetch -------------------------------------------------------------------------------
     async def _fetch(self, ready: list[FetchState]) -> None:
-        asked: dict[TopicPartition, tuple[FetchState, int]] = {}
-        for state in ready:
-            partition = self._current(state)
-            if partition is not None:
-                asked[state.tp] = (state, partition.log_end_offset)
+        asked = await self._fetch_offsets(ready)
         if not asked:
             return
         try:
@@ -331,6 +330,25 @@ class ReplicaFetcher:
         missing = [s for tp, (s, _o) in asked.items() if tp not in answered]
         if missing:
             self._back_off(missing)
+
+    async def _fetch_offsets(self, ready: list[FetchState]
+                             ) -> dict[TopicPartition, tuple[FetchState, int]]:
+        """Each partition's fetch offset, its log end: the leader takes it as what this
+        replica holds (its high watermark and acks=all count it). So an offset is reported
+        only once as durable as the flush policy asks (flush.messages: Kafka's follower
+        flushes in the append before its next fetch). A log end whose flush failed (its dir
+        went offline) is not reported: the partition waits for newer state, as after a
+        failed append."""
+        rm = self.manager.replica_manager
+        current = [(s, p) for s in ready if (p := self._current(s)) is not None]
+        if any(rm.follower_flush_owed(p) for _s, p in current):
+            await rm.follower_flushes([p for _s, p in current])
+            current = [(s, p) for s, _p in current if (p := self._current(s)) is not None]
+            for state, partition in current:
+                if rm.follower_flush_owed(partition):  # only offline it was not flushed
+                    self._wait_for_state(state, ErrorCode.KAFKA_STORAGE_ERROR)
+            current = [(s, p) for s, p in current if not s.waiting_for_state]
+        return {s.tp: (s, p.log_end_offset) for s, p in current}
 
     def _fetch_builder(self, asked: dict[TopicPartition, tuple[FetchState, int]]
                        ) -> Callable[[int], Any]:

@@ -195,7 +195,8 @@ class Log:
     # Slotted: a broker holds tens of thousands of these, and a __dict__ was the largest
     # single piece of a partition's memory.
     __slots__ = (
-        "_base_list", "_closed", "_deleted_segments", "_epoch_hint", "_epochs", "_flush_lock",
+        "_base_list", "_closed", "_deferred_end", "_deleted_segments", "_epoch_hint", "_epochs",
+        "_flush_lock",
         "_lock", "_next_offset", "_offline_dirs", "_opened", "_pstate", "_rebuild_txn_indexes",
         "_release_after", "_segs", "_truncations", "_unsynced_snapshots", "_validator", "clock",
         "config",
@@ -283,6 +284,8 @@ class Log:
         #: the log dir's writer thread (the LogManager sets it): with flush.messages=1 the
         #: appended bytes are written and fsynced there, off the event loop.
         self.writer: LogDirWriter | None = None
+        #: the end offset of the last append handed to the writer since the last truncation
+        self._deferred_end = -1
         #: told on the event loop ``(end offset, fsync seconds)`` when the writer made the log
         #: durable up to an offset (the partition moves its high watermark then).
         self.on_durable: Callable[[int, float], None] | None = None
@@ -702,6 +705,14 @@ class Log:
         offset moves, so a flush on another thread that reads the end offset then drains the
         writer covers no unwritten byte."""
         self.writer.submit(self, writes, end_offset)  # type: ignore[union-attr]
+        self._deferred_end = end_offset
+
+    @property
+    def writer_covers_end(self) -> bool:
+        """Whether the dir's writer was handed this log's appends up to its end: its fsync
+        then makes all of it durable, what was appended before them included (the unflushed
+        tail recovered at a start), with no flush asked for."""
+        return self.writes_on_writer and self._deferred_end >= self._next_offset
 
     def sync_written(self, end_offset: int) -> None:
         """On the writer's sync thread, once everything below ``end_offset`` is written: fsync
@@ -1110,6 +1121,7 @@ class Log:
         """The log end moved back to ``new_end``: offsets, epochs and producer state follow."""
         with self._lock:
             self._truncations += 1
+            self._deferred_end = -1
             self._next_offset = new_end
             self.recovery_point = max(min(self.recovery_point, new_end), self.log_start_offset)
         if self.high_watermark is not None and self.high_watermark > new_end:

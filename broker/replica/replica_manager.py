@@ -23,6 +23,7 @@ broker) none of it runs and a replica fetch is refused as from an unknown replic
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
 from collections.abc import Callable, Iterable
@@ -57,6 +58,9 @@ logger = structlog.get_logger("broker.replica")
 TopicPartition = tuple[str, int]
 VALID_ACKS = (0, 1, -1)
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+#: How often a fetcher waiting for a followed log's flush checks again without being woken
+#: (a flush asked for again, should a wake-up never come)
+_FLUSH_RECHECK_S = 0.5
 
 #: Asks the transaction coordinator whether a partition is in a producer's ongoing transaction
 #: (transactional id, producer id, producer epoch, partition) -> error; set by the server.
@@ -140,6 +144,9 @@ class ReplicaManager:
         self._failure_channels: list[LogDirFailureChannel] = []
         self._flush_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="flusher")
         self._flush_tasks: set[asyncio.Task[None]] = set()
+        #: fetchers waiting for a followed log's flush: woken by each flush, failed dir or
+        #: partition no longer followed
+        self._flush_waiters: list[asyncio.Future[None]] = []
         self.flush_interval_ms = flush_interval_ms
         # Metrics, read at scrape time: fsync durations (observed on the loop), and each
         # partition's log end offset when it was opened (messages in = its growth since).
@@ -580,9 +587,9 @@ class ReplicaManager:
 
     def _add_follower_partition(self, partition: Partition) -> None:
         """A follower's log is made durable by the flush policy alone: its high watermark
-        comes from the leader, never from its own fsyncs."""
+        comes from the leader, never from its own fsyncs (which only let its fetcher go on)."""
         self.follower_partitions[partition.key] = partition
-        partition.log.on_durable = None
+        partition.log.on_durable = self._follower_durable
         partition.log.on_segments_deleted = functools.partial(self._delete_later,
                                                               partition.log)
         channel = partition.log.failure_channel
@@ -596,7 +603,10 @@ class ReplicaManager:
 
     def remove_follower_partition(self, tp: TopicPartition) -> Partition | None:
         """Stop following (the partition is led here now, or deleted)."""
-        return self.follower_partitions.pop(tp, None)
+        partition = self.follower_partitions.pop(tp, None)
+        if partition is not None:
+            self._wake_flush_waiters()
+        return partition
 
     def follower_appended(self, partition: Partition, info: AppendInfo | None) -> None:
         """After the replica fetcher appended: flush by the flush policy (a log without the
@@ -606,6 +616,50 @@ class ReplicaManager:
             return
         if plog.unflushed_messages >= plog.config.flush_interval_messages:
             self.request_flush(partition)
+
+    def follower_flush_owed(self, partition: Partition) -> bool:
+        """Whether the flush policy owes the followed ``partition`` a flush before its log
+        end may be reported to the leader as a fetch offset. Kafka's follower appends through
+        the leader's append path, which flushes in the append once the unflushed messages
+        reach flush.messages: the offset its next fetch reports is then durable. Never with
+        flush.messages unset, the default."""
+        log = partition.log
+        return log.unflushed_messages >= log.config.flush_interval_messages
+
+    async def follower_flushes(self, partitions: Iterable[Partition]) -> None:
+        """Until no partition of ``partitions`` both owes a flush (``follower_flush_owed``)
+        and can still get it (followed here, its dir online): the fetcher's wait, off the
+        loop's thread, for the fsync that Kafka's fetcher thread makes in its append. Their
+        flushes run together (the dir's writer, or the flusher threads), so one round of
+        fsyncs covers every partition of a fetch."""
+        owed = [p for p in partitions if self.follower_flush_owed(p) and not p.offline]
+        loop = asyncio.get_running_loop()
+        while owed:
+            for p in owed:
+                if not p.log.writer_covers_end:
+                    self.request_flush(p)  # one is running or asked for already, or now
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._flush_waiters.append(waiter)
+            try:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(_FLUSH_RECHECK_S):
+                        await waiter
+            finally:
+                with contextlib.suppress(ValueError):
+                    self._flush_waiters.remove(waiter)
+            owed = [p for p in owed if self.follower_flush_owed(p) and not p.offline
+                    and self.follower_partitions.get(p.key) is p]
+
+    def _follower_durable(self, end_offset: int, seconds: float) -> None:
+        """A followed log's dir writer made it durable below ``end_offset``, on the loop."""
+        self.flush_time.observe(seconds)
+        self._wake_flush_waiters()
+
+    def _wake_flush_waiters(self) -> None:
+        waiters, self._flush_waiters = self._flush_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     # -- the ISR: shrink on lag, expand on catch-up, committed by the cluster --------------------
     def _start_isr_check(self) -> None:
@@ -778,7 +832,9 @@ class ReplicaManager:
                     end_offset, end_bytes
                 ) or partition.replication is not None):
                     self.on_high_watermark(partition)
-                if not partition.flush_again or self.partitions.get(partition.key) is not partition:
+                if self._flush_waiters:
+                    self._wake_flush_waiters()
+                if not partition.flush_again or not self._hosts(partition):
                     return
         except KafkaStorageError:
             pass  # the fsync failed: the high watermark stays, the dir is offline (logged once)
@@ -786,6 +842,14 @@ class ReplicaManager:
             logger.exception("flush failed", topic=partition.topic, partition=partition.index)
         finally:
             partition.flush_pending = False
+            if self._flush_waiters:
+                self._wake_flush_waiters()
+
+    def _hosts(self, partition: Partition) -> bool:
+        """Whether ``partition`` is still the one led or followed here under its key."""
+        key = partition.key
+        return self.partitions.get(key) is partition or \
+            self.follower_partitions.get(key) is partition
 
     async def run_time_flusher(self) -> None:
         """log.flush.interval.ms: flush partitions whose data has waited that long, in real
@@ -876,6 +940,7 @@ class ReplicaManager:
             self.fetch_purgatory.check_and_complete(tp)
             self.produce_purgatory.check_and_complete(tp)
             self.delete_records_purgatory.check_and_complete(tp)
+        self._wake_flush_waiters()  # a followed log of the dir will never flush now
         logger.warning("stopped serving replicas in an offline log dir", log_dir=log_dir,
                        partitions=[f"{t}-{i}" for t, i in offline])
 
