@@ -149,9 +149,11 @@ def test_a_cluster_of_its_own(mini_broker_cluster_factory: Callable[..., Embedde
 #: that broker was the cached group coordinator, send_offsets_to_transaction waits, past its own
 #: timeout, for some broker connection of the producer to go up or down before it looks the
 #: coordinator up again. With no such change the transaction outlives transaction.timeout.ms, the
-#: coordinator aborts it with a new epoch, and the late TxnOffsetCommit is fenced (fatal). Closing
-#: idle connections is such a change every few seconds.
-TRANSFORM_PRODUCER_CONFIG: dict[str, object] = {"connections.max.idle.ms": 5000}
+#: coordinator aborts it with a new epoch, and the late TxnOffsetCommit is fenced (fatal). Idle
+#: connections closed after 5 s are such a change; the metadata refreshed every second keeps one
+#: connection busy, so the lookup is not sent on a connection closing for idleness at that moment.
+TRANSFORM_PRODUCER_CONFIG: dict[str, object] = {"connections.max.idle.ms": 5000,
+                                                "topic.metadata.refresh.interval.ms": 1000}
 
 
 def transform(bootstrap: str, source: str, sink: str, expected: int, stop_after: float,
