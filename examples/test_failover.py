@@ -144,6 +144,18 @@ def test_a_cluster_of_its_own(mini_broker_cluster_factory: Callable[..., Embedde
         assert sorted({cluster.wait_for_leader(topic, p) for p in range(4)}) == [1, 2]
 
 
+#: What the transform app's producer adds to librdkafka's defaults. librdkafka (2.10 on) drops a
+#: broker missing from a Metadata answer (a dead broker is, once its registration expires); if
+#: that broker was the cached group coordinator, send_offsets_to_transaction waits, past its own
+#: timeout, for some broker connection of the producer to go up or down before it looks the
+#: coordinator up again. With no such change the transaction outlives transaction.timeout.ms, the
+#: coordinator aborts it with a new epoch, and the late TxnOffsetCommit is fenced (fatal). Idle
+#: connections closed after 5 s are such a change; the metadata refreshed every second keeps one
+#: connection busy, so the lookup is not sent on a connection closing for idleness at that moment.
+TRANSFORM_PRODUCER_CONFIG: dict[str, object] = {"connections.max.idle.ms": 5000,
+                                                "topic.metadata.refresh.interval.ms": 1000}
+
+
 def transform(bootstrap: str, source: str, sink: str, expected: int, stop_after: float,
               progress: list[int]) -> int:
     """A consume-transform-produce app, exactly once: read ``source``, upper-case each value,
@@ -156,7 +168,7 @@ def transform(bootstrap: str, source: str, sink: str, expected: int, stop_after:
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
                          "isolation.level": "read_committed"})
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": group,
-                         "transaction.timeout.ms": 60000})
+                         "transaction.timeout.ms": 60000, **TRANSFORM_PRODUCER_CONFIG})
     producer.init_transactions(30)
     consumer.subscribe([source])
     done = 0
@@ -225,3 +237,72 @@ def test_a_transform_app_survives_a_leader_crash(mini_broker_cluster: EmbeddedCl
     output = read(cluster.bootstrap_servers, sink, 0, 300, config={"isolation.level":
                                                                 "read_committed"})
     assert output == [v.upper() for v in inputs]  # each input once, in order
+
+
+def test_offsets_reach_a_group_coordinator_back_from_a_crash(
+        mini_broker_cluster_factory: Callable[..., EmbeddedCluster]) -> None:
+    """The transform app's producer keeps committing offsets after the group coordinator's
+    broker crashed, dropped out of the cluster's metadata and came back: the producer's
+    client forgets that broker while it is gone, and TRANSFORM_PRODUCER_CONFIG lets it look
+    the coordinator up again. The transaction coordinator is on another broker, so nothing
+    else wakes the client."""
+    for _ in range(8):  # fresh clusters until the two coordinators are on different brokers
+        with mini_broker_cluster_factory(nodes=3) as cluster:
+            if offsets_reach_the_restarted_group_coordinator(cluster):
+                return
+    raise AssertionError("the group and transaction coordinators always shared a broker")
+
+
+def offsets_reach_the_restarted_group_coordinator(cluster: EmbeddedCluster) -> bool:
+    """False when the coordinators share a broker (nothing to show); else asserts."""
+    group = f"app-{uuid.uuid4().hex[:8]}"
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                         "transactional.id": group, **TRANSFORM_PRODUCER_CONFIG})
+    producer.init_transactions(30)
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group,
+                         "enable.auto.commit": False})
+    source = create_topic(cluster, partitions=1)
+    try:
+        assert transact_offsets(producer, consumer, source, 1, 30) == []  # coordinator cached
+        coordinator = cluster.wait_for_leader("__consumer_offsets", 0)
+        if coordinator == cluster.wait_for_leader("__transaction_state", 0):
+            return False
+        cluster.kill(coordinator)
+        # Once the brokers' metadata no longer lists it, the client drops it.
+        cluster.wait_for(lambda: coordinator not in producer.list_topics(timeout=10).brokers,
+                         timeout=20)
+        cluster.heal()
+        cluster.wait_for_leader("__consumer_offsets", 0)
+        assert transact_offsets(producer, consumer, source, 2, 30) == []
+        committed = consumer.committed([TopicPartition(source, 0)], timeout=30)
+        assert [tp.offset for tp in committed] == [2]
+        return True
+    finally:
+        consumer.close()
+
+
+def transact_offsets(producer: Producer, consumer: Consumer, topic: str, offset: int,
+                     within: float) -> list[BaseException]:
+    """One transaction committing ``offset`` for the consumer's group, retried until
+    ``within`` seconds pass; what stopped it (nothing: committed). Run on a thread of its
+    own, so that a client call blocked past its timeout fails the caller instead of
+    hanging it (a call begun just before the deadline may end 20 s after it)."""
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def run() -> None:
+        deadline = time.monotonic() + within
+        try:
+            producer.begin_transaction()
+            offsets = [TopicPartition(topic, 0, offset)]
+            if not committed_in_transaction(producer, consumer, offsets, deadline):
+                errors.append(AssertionError("the transaction was aborted"))
+        except BaseException as e:
+            errors.append(e)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    if not done.wait(within + 25):
+        errors.append(TimeoutError(f"the transaction still open after {within} s"))
+    return errors
