@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from broker.replica.delayed_result import DelayedResult
+from broker.replica.delayed_result import DelayedPartitions
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -26,15 +26,14 @@ Results = dict["TopicPartition", "DeleteRecordsResult"]
 PartitionLookup = Callable[["TopicPartition"], "tuple[Partition | None, ErrorCode]"]
 
 
-class DelayedDeleteRecords(DelayedResult[Results]):
+class DelayedDeleteRecords(DelayedPartitions["DeleteRecordsResult"]):
     def __init__(self, delay_ms: int, lookup: PartitionLookup, required: dict[TopicPartition, int],
                  results: Results) -> None:
         """``required``: the offset each deleted partition's low watermark must reach;
         ``results``: the answer so far (the partitions refused are answered as they are)."""
-        super().__init__(delay_ms)
+        super().__init__(delay_ms, results)
         self.lookup = lookup
         self.required = required
-        self.results = results
         self.pending = {tp for tp, r in results.items()
                         if r.error == ErrorCode.NONE and tp in required}
 
@@ -51,15 +50,3 @@ class DelayedDeleteRecords(DelayedResult[Results]):
             result.low_watermark = low
             if low >= self.required[tp]:
                 self.pending.discard(tp)
-
-    def try_complete(self) -> bool:
-        self._settle()
-        if not self.pending:
-            return self.force_complete()
-        return False
-
-    def result(self) -> Results:
-        self._settle()
-        for tp in self.pending:
-            self.results[tp].error = ErrorCode.REQUEST_TIMED_OUT
-        return self.results

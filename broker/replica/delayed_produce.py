@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from broker.replica.delayed_result import DelayedResult
+from broker.replica.delayed_result import DelayedPartitions
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -24,12 +24,11 @@ if TYPE_CHECKING:
 Results = dict["TopicPartition", "ProduceResult"]
 
 
-class DelayedProduce(DelayedResult[Results]):
+class DelayedProduce(DelayedPartitions["ProduceResult"]):
     def __init__(self, delay_ms: int, partitions: Mapping[TopicPartition, Partition],
                  results: Results, acks: int = -1) -> None:
-        super().__init__(delay_ms)
+        super().__init__(delay_ms, results)
         self.partitions = partitions
-        self.results = results
         self.acks = acks
         # Only successfully appended partitions wait; errors are answered as they are.
         self.pending = {tp for tp, r in results.items() if r.error == ErrorCode.NONE}
@@ -57,15 +56,3 @@ class DelayedProduce(DelayedResult[Results]):
                         result.message = (f"the ISR of {tp[0]}-{tp[1]} shrank below "
                                           f"min.insync.replicas={partition.effective_min_isr}")
                     self.pending.discard(tp)
-
-    def try_complete(self) -> bool:
-        self._settle()
-        if not self.pending:
-            return self.force_complete()
-        return False
-
-    def result(self) -> Results:
-        self._settle()
-        for tp in self.pending:
-            self.results[tp].error = ErrorCode.REQUEST_TIMED_OUT
-        return self.results

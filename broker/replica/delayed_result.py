@@ -25,8 +25,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import Callable, Generator
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
+from protocol.errors import ErrorCode
 from purgatory import DelayedOperation
 
 T = TypeVar("T")
@@ -327,3 +328,39 @@ class DelayedResult(DelayedOperation, Generic[T]):
 
     def on_expiration(self) -> None:
         pass
+
+
+class PartitionAnswer(Protocol):
+    """One partition's answer in a delayed operation: its error is set at the deadline."""
+
+    error: ErrorCode
+
+
+A = TypeVar("A", bound=PartitionAnswer)
+
+
+class DelayedPartitions(DelayedResult[dict[Any, A]], Generic[A]):
+    """A delayed operation over partitions (DelayedProduce, DelayedDeleteRecords): complete
+    once ``_settle`` took every partition out of ``pending``; at the deadline the ones still
+    pending answer REQUEST_TIMED_OUT, as Kafka's."""
+
+    def __init__(self, delay_ms: float, results: dict[Any, A]) -> None:
+        super().__init__(delay_ms)
+        self.results = results
+        self.pending: set[Any] = set()
+
+    def _settle(self) -> None:
+        """Take out of ``pending`` every partition whose answer is known now."""
+        raise NotImplementedError
+
+    def try_complete(self) -> bool:
+        self._settle()
+        if not self.pending:
+            return self.force_complete()
+        return False
+
+    def result(self) -> dict[Any, A]:
+        self._settle()
+        for tp in self.pending:
+            self.results[tp].error = ErrorCode.REQUEST_TIMED_OUT
+        return self.results
