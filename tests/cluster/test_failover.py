@@ -489,6 +489,10 @@ def test_a_controller_registered_again_leads_its_partition_again(tmp_path: Path)
         topic = f"again-{uuid.uuid4().hex[:8]}"
         controller = cluster.wait_for_controller()
         others = [b.node_id for b in cluster.brokers if b.node_id != controller]
+        # A manual assignment names every broker: each must be registered (under load one
+        # may still be registering again after a missed refresh).
+        cluster.wait_for(lambda: sorted(cluster.registered()) == [1, 2, 3], 30,
+                         "every broker registered")
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
         admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=-1,
                                       replica_assignment=[[controller, *others]],
